@@ -1,0 +1,41 @@
+# Two entry points (README): `make run` and `make test`. Both bootstrap .venv themselves.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SHARED ?= ../shared
+
+.PHONY: run test lint unit conformance kafka bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/preemptctl run
+
+lint: $(STAMP)
+	$(BIN)/ruff check engine schemas streams tests
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/pytest -q
+
+conformance: $(STAMP)
+	@if [ -f $(SHARED)/conformance/run.py ]; then \
+	  $(BIN)/python $(SHARED)/conformance/run.py --cmd "$(BIN)/preemptctl decide"; \
+	else echo "conformance: $(SHARED)/conformance not found, skipped"; fi
+
+test: lint unit conformance
+
+kafka: $(STAMP)
+	$(BIN)/python -m streams.kafka_local
+
+bench: $(STAMP)
+	$(BIN)/preemptctl bench engine --nodes 5000 --output json
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

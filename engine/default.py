@@ -1,0 +1,232 @@
+"""The default flow: Kubernetes pod preemption (seed 004, kube-scheduler DefaultPreemption).
+
+Per node: remove every lower-priority pod that does not tolerate the preemptor;
+if the preemptor still does not fit, the node is out. Otherwise give pods back
+in importance order, PDB-violating pods first, and whatever cannot come back
+without un-fitting the preemptor is a victim. Nodes are then ranked by the
+upstream criteria, every node evaluated, ties broken by node name.
+
+`evaluate_node` is the unit the index caches (see `index`): its result depends
+only on the node's state, the cluster-wide epoch, the preemptor's signature and,
+through toleration windows, on `now` until `NodeEval.expires`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import placement, resources, timeutil, toleration
+from engine.cluster import Cluster, NodeState
+from engine.objects import PREEMPT_NEVER, Pod
+from engine.resources import Resources
+
+FITS, CANDIDATE, REJECTED = 0, 1, 2
+# Victims' priorities are shifted by 2^31 before summing so that negative
+# priorities cannot make a node with more victims look cheaper (upstream rule).
+PRIORITY_SHIFT = 2**31
+# Explanations list this many ranked candidates and rejected nodes; the rest are counted.
+EXPLAIN_CANDIDATES = 10
+EXPLAIN_REJECTED = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Preemptor:
+    """What every node evaluation needs to know about the pending pod, computed once."""
+
+    pod: Pod
+    priority: int
+    requests: Resources
+
+
+@dataclass(slots=True)
+class NodeEval:
+    node: str
+    status: int
+    reason: str = ""
+    victims: list[Pod] = field(default_factory=list)
+    violations: int = 0
+    key: tuple[int, ...] = ()
+    expires: int | None = None  # a toleration window closes: re-evaluate after this instant
+
+
+def importance(cluster: Cluster, pod: Pod) -> tuple[int, int, int, str]:
+    """Sort key, most important first: priority, QoS class, earlier start, then uid."""
+    return (-cluster.priority(pod), -pod.qos, pod.start, pod.uid)
+
+
+def pdb_violating(cluster: Cluster, pods: Sequence[Pod]) -> list[bool]:
+    """Which of `pods` (importance order) would violate a PDB if all were evicted.
+
+    Upstream filterPodsWithPDBViolation: each matching pod not yet listed in the
+    PDB's disruptedPods uses one allowed disruption; once a budget is negative,
+    every further pod it covers violates it. A nil or empty selector matches nothing.
+    """
+    allowed: dict[str, int] = {}
+    out = []
+    for pod in pods:
+        violated = False
+        for pdb in cluster.pdbs_in(pod.namespace):
+            sel = pdb.selector
+            if sel is None or sel.empty or not sel.matches(pod.labels) or pod.name in pdb.disrupted:
+                continue
+            left = allowed.get(pdb.uid, pdb.disruptions_allowed) - 1
+            allowed[pdb.uid] = left
+            if left < 0:
+                violated = True
+        out.append(violated)
+    return out
+
+
+def nominated_load(cluster: Cluster, node: str, pre: Preemptor) -> Resources | None:
+    """Resources promised to pods nominated here with priority >= the preemptor's (counted as bound)."""
+    load: Resources | None = None
+    for pod in cluster.nominated_on(node).values():
+        if pod.uid != pre.pod.uid and cluster.priority(pod) >= pre.priority:
+            if load is None:
+                load = {}
+            resources.add(load, pod.requests)
+    return load
+
+
+def free_for(cluster: Cluster, state: NodeState, pre: Preemptor) -> Resources:
+    free = cluster.free(state)
+    load = nominated_load(cluster, state.node.name, pre)
+    if load:
+        resources.sub(free, load)
+    return free
+
+
+def potential_victims(
+    cluster: Cluster, state: NodeState, pre: Preemptor, now: int
+) -> tuple[list[Pod], int | None]:
+    """Lower-priority pods that do not tolerate the preemptor, and when that set may change."""
+    out = []
+    expires: int | None = None
+    for pod in state.pods.values():
+        if cluster.priority(pod) >= pre.priority:
+            continue
+        if pod.priority_class and cluster.policy(pod.priority_class) is not None:
+            policy = cluster.policy(pod.priority_class)
+            if cluster.tolerates(pod, preemptor_priority=pre.priority, now=now):
+                until = toleration.expires_at(policy, scheduled_at=pod.scheduled_at)
+                if until is not None:
+                    expires = until if expires is None else min(expires, until)
+                continue
+        out.append(pod)
+    return out, expires
+
+
+def evaluate_node(cluster: Cluster, state: NodeState, pre: Preemptor, now: int) -> NodeEval:
+    name = state.node.name
+    why = placement.unresolvable(state.node, pre.pod)
+    if why is not None:
+        return NodeEval(name, REJECTED, why)
+    free = free_for(cluster, state, pre)
+    if resources.fits(pre.requests, free):
+        return NodeEval(name, FITS, "fits without preemption")
+    potential, expires = potential_victims(cluster, state, pre, now)
+    for pod in potential:
+        resources.add(free, pod.requests)
+    if not resources.fits(pre.requests, free):
+        missing = resources.shortfall(pre.requests, free)
+        return NodeEval(
+            name,
+            REJECTED,
+            f"does not fit even after removing all {len(potential)} eligible lower-priority pods "
+            f"(short {', '.join(f'{k} {v}' for k, v in missing.items())})",
+            expires=expires,
+        )
+    potential.sort(key=lambda p: importance(cluster, p))
+    violating = pdb_violating(cluster, potential)
+    victims: list[Pod] = []
+    violations = 0
+    for first_pass in (True, False):
+        for pod, v in zip(potential, violating, strict=True):
+            if v != first_pass:
+                continue
+            resources.sub(free, pod.requests)
+            if not resources.fits(pre.requests, free):
+                resources.add(free, pod.requests)
+                victims.append(pod)
+                violations += v
+    victims.sort(key=lambda p: importance(cluster, p))
+    return NodeEval(
+        name,
+        CANDIDATE,
+        victims=victims,
+        violations=violations,
+        key=rank_key(cluster, victims, violations),
+        expires=expires,
+    )
+
+
+def rank_key(cluster: Cluster, victims: Sequence[Pod], violations: int) -> tuple[int, ...]:
+    """Upstream pickOneNodeForPreemption, as one ascending key (node name breaks the last tie)."""
+    prios = [cluster.priority(v) for v in victims]
+    highest = max(prios) if prios else -PRIORITY_SHIFT
+    earliest_of_highest = min(
+        (v.start for v, p in zip(victims, prios, strict=True) if p == highest), default=timeutil.NEVER
+    )
+    return (
+        violations,
+        highest,
+        sum(p + PRIORITY_SHIFT for p in prios),
+        len(victims),
+        -earliest_of_highest,
+    )
+
+
+def criteria(ev: NodeEval, cluster: Cluster) -> dict[str, Any]:
+    """A candidate's ranking values, by name, for the explanation."""
+    prios = [cluster.priority(v) for v in ev.victims]
+    highest = max(prios, default=None)
+    earliest = min((v.start for v, p in zip(ev.victims, prios, strict=True) if p == highest), default=None)
+    return {
+        "node": ev.node,
+        "pdbViolations": ev.violations,
+        "highestVictimPriority": highest,
+        "prioritySum": sum(prios),
+        "victims": len(ev.victims),
+        "earliestStartOfHighest": None
+        if earliest is None or earliest == timeutil.NEVER
+        else timeutil.render(earliest),
+        "victimPods": [v.namespace + "/" + v.name for v in ev.victims],
+    }
+
+
+def waiting_on_nominated(cluster: Cluster, pre: Preemptor) -> str | None:
+    """Upstream PodEligibleToPreemptOthers: an earlier preemption for this pod is still under way."""
+    nominated = pre.pod.nominated
+    if not nominated:
+        return None
+    state = cluster.nodes.get(nominated)
+    if state is None or placement.unresolvable(state.node, pre.pod) is not None:
+        return None
+    for pod in sorted(state.pods.values(), key=lambda p: p.uid):
+        if cluster.priority(pod) < pre.priority and pod.deleting and pod.disruption_target:
+            return f"victim {pod.key} of an earlier preemption is still terminating on {nominated}"
+    return None
+
+
+def may_preempt(cluster: Cluster, pod: Pod) -> bool:
+    return cluster.preemption_policy(pod) != PREEMPT_NEVER
+
+
+def explain(evals: Iterable[NodeEval], cluster: Cluster, *, flow: str) -> dict[str, Any]:
+    candidates = sorted((e for e in evals if e.status == CANDIDATE), key=lambda e: (e.key, e.node))
+    rejected = [e for e in evals if e.status == REJECTED]
+    counts: dict[str, int] = {}
+    for e in rejected:
+        counts[e.reason] = counts.get(e.reason, 0) + 1
+    return {
+        "flow": flow,
+        "candidates": [criteria(e, cluster) for e in candidates[:EXPLAIN_CANDIDATES]],
+        "candidateCount": len(candidates),
+        "rejected": [{"node": e.node, "reason": e.reason} for e in sorted(rejected, key=lambda e: e.node)][
+            :EXPLAIN_REJECTED
+        ],
+        "rejectedCount": len(rejected),
+        "rejectedReasons": dict(sorted(counts.items())),
+    }

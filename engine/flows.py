@@ -1,0 +1,124 @@
+"""Flow selection and the decision entry point every caller uses.
+
+Per pending preemptor (DESIGN §4): a DaemonSet pod takes the DaemonSet flow; a
+pod with the pod-group label or in an ElasticQuota takes the job flow; anything
+else the default flow. `decide` is the one function the CLI, the streaming
+worker and the audit replay call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from engine import default, minimal
+from engine.cluster import Cluster
+from engine.config import Config
+from engine.decision import FITS, PREEMPT, UNSCHEDULABLE, WAIT, Decision, Victim
+from engine.default import NodeEval, Preemptor
+from engine.objects import Pod
+
+# Evaluates every node for one preemptor, in node-name order. The index module
+# supplies a cached implementation; the plain one below is the specification.
+Evaluator = Callable[[Cluster, Preemptor, int, Config], list[NodeEval]]
+
+
+def evaluate_all(cluster: Cluster, pre: Preemptor, now: int, config: Config) -> list[NodeEval]:
+    fn = minimal.evaluate_node if config.victim_selection == "minimal" else default.evaluate_node
+    return [fn(cluster, cluster.nodes[name], pre, now) for name in sorted(cluster.nodes)]
+
+
+POD_GROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
+QUOTA_LABEL = "quota.scheduling.koordinator.sh/name"
+
+
+def in_job(cluster: Cluster, pod: Pod) -> bool:
+    """Job flow membership: a pod-group member, or a pod under an ElasticQuota (label, else namespace)."""
+    if POD_GROUP_LABEL in pod.labels or QUOTA_LABEL in pod.labels:
+        return True
+    return any(q.namespace == pod.namespace for q in cluster.quotas.values())
+
+
+def select_flow(cluster: Cluster, pods: Sequence[Pod]) -> str:
+    if len(pods) == 1 and pods[0].daemonset:
+        return "daemonset"
+    if len(pods) > 1 or any(in_job(cluster, p) for p in pods):
+        return "job"
+    return "default"
+
+
+def decide(
+    cluster: Cluster,
+    pods: Sequence[Pod],
+    *,
+    now: int,
+    config: Config,
+    evaluator: Evaluator = evaluate_all,
+) -> Decision:
+    """Decide for one pending preemptor (or one gang, all members given)."""
+    flow = select_flow(cluster, pods)
+    if flow == "daemonset":
+        from engine import daemonset
+
+        return daemonset.decide(cluster, pods[0], now=now, config=config)
+    if flow == "job":
+        from engine import job
+
+        return job.decide(cluster, pods, now=now, config=config, evaluator=evaluator)
+    return decide_default(cluster, pods[0], now=now, config=config, evaluator=evaluator)
+
+
+def to_victims(pods: Sequence[Pod], cluster: Cluster, *, action: str) -> tuple[Victim, ...]:
+    return tuple(
+        Victim(
+            uid=p.uid,
+            namespace=p.namespace,
+            name=p.name,
+            node=p.node or "",
+            priority=cluster.priority(p),
+            action=action,
+            terminating=p.deleting,
+        )
+        for p in pods
+    )
+
+
+def decide_default(
+    cluster: Cluster, pod: Pod, *, now: int, config: Config, evaluator: Evaluator = evaluate_all
+) -> Decision:
+    pre = Preemptor(pod, cluster.priority(pod), pod.requests)
+    evals = evaluator(cluster, pre, now, config)
+    explanation = default.explain(evals, cluster, flow="default")
+    explanation["preemptorPriority"] = pre.priority
+    explanation["victimSelection"] = config.victim_selection
+
+    def make(outcome: str, reason: str, **kw: object) -> Decision:
+        return Decision(
+            flow="default",
+            preemptor=pod.key,
+            preemptor_uid=pod.uid,
+            outcome=outcome,
+            reason=reason,
+            explanation=explanation,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    fitting = [e.node for e in evals if e.status == default.FITS]
+    if fitting:
+        node = pod.nominated if pod.nominated in fitting else fitting[0]
+        return make(FITS, f"fits on {node} without preemption", node=node)
+    if not default.may_preempt(cluster, pod):
+        return make(UNSCHEDULABLE, "preemptionPolicy is Never: the pod may not preempt")
+    waiting = default.waiting_on_nominated(cluster, pre)
+    if waiting is not None:
+        return make(WAIT, waiting)
+    candidates = [e for e in evals if e.status == default.CANDIDATE]
+    if not candidates:
+        return make(UNSCHEDULABLE, "no node can make room by evicting lower-priority pods")
+    best = min(candidates, key=lambda e: (e.key, e.node))
+    explanation["chosen"] = default.criteria(best, cluster)
+    return make(
+        PREEMPT,
+        f"preempt {len(best.victims)} pod(s) on {best.node}",
+        node=best.node,
+        victims=to_victims(best.victims, cluster, action=config.victim_action),
+    )

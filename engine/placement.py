@@ -1,0 +1,47 @@
+"""Node filters that preemption cannot fix: cordon, taints, selectors, affinity, missing resources.
+
+A node that fails one of these is not a preemption candidate however many pods
+leave it (kube-scheduler's UnschedulableAndUnresolvable). Capacity is not
+checked here; see `resources`.
+"""
+
+from __future__ import annotations
+
+from engine.objects import Node, Pod, Taint
+
+_SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
+_CORDON_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+
+
+def _tolerated(pod: Pod, taint: Taint) -> bool:
+    return any(t.tolerates(taint) for t in pod.tolerations)
+
+
+def unresolvable(node: Node, pod: Pod) -> str | None:
+    """Why `pod` can never run on `node` whatever is evicted, or None when it could."""
+    if node.unschedulable and not _tolerated(pod, _CORDON_TAINT):
+        return "node is cordoned (spec.unschedulable)"
+    for taint in node.taints:
+        if taint.effect in _SCHEDULING_EFFECTS and not _tolerated(pod, taint):
+            return f"untolerated taint {taint.key}={taint.value}:{taint.effect}"
+    for key, value in pod.node_selector:
+        if node.labels.get(key) != value:
+            return f"nodeSelector {key}={value} does not match"
+    if pod.required_affinity is not None and not any(
+        term.matches(node.name, node.labels) for term in pod.required_affinity
+    ):
+        return "required node affinity does not match"
+    for resource, amount in pod.requests.items():
+        if amount > 0 and node.allocatable.get(resource, 0) == 0:
+            return f"node has no {resource}"
+    return None
+
+
+def required_node(pod: Pod) -> str | None:
+    """The one node a DaemonSet pod must run on: its matchFields metadata.name affinity, else nodeName."""
+    if pod.required_affinity:
+        for term in pod.required_affinity:
+            for req in term.fields:
+                if req.key == "metadata.name" and req.operator == "In" and len(req.values) == 1:
+                    return req.values[0]
+    return pod.node

@@ -1,0 +1,318 @@
+"""A real single-node Apache Kafka (KRaft) on loopback, for tests and `make kafka`.
+
+This module owns the recipe of DESIGN.md §11: the broker's jars are assembled once
+from Maven Central by `mvn dependency:copy-dependencies` over deploy/kafka/pom.xml
+into a cache dir, and each `LocalKafka` formats a fresh temp log dir with
+`kafka.tools.StorageTool` and runs `kafka.Kafka` on it. Unlike the embedded tansu,
+this broker has transactions, read_committed, compaction and exact end offsets.
+
+    python -m streams.kafka_local [--port 9092] [--create-topics]
+
+prints the bootstrap address on stdout and serves until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+from streams import broker
+
+# Keep in step with <kafka.version> in deploy/kafka/pom.xml (a test checks it):
+# the version names the cache dir, so a bump never reuses stale jars.
+KAFKA_VERSION = "3.9.2"
+POM = Path(__file__).resolve().parent.parent / "deploy" / "kafka" / "pom.xml"
+CACHE_ENV = "PREEMPTCTL_KAFKA_CACHE"
+DEFAULT_CACHE = Path.home() / ".cache" / "preemptctl" / f"kafka-{KAFKA_VERSION}"
+# The jar whose presence says the assembly is there (libs/ only appears once complete).
+_BROKER_JAR = f"kafka_2.13-{KAFKA_VERSION}.jar"
+
+# The first assembly downloads ~46 MB from Maven Central; a hung download must not
+# hang the test session forever.
+MVN_TIMEOUT_S = 600.0
+# StorageTool format takes ~0.5 s here; the bound only catches a wedged JVM.
+FORMAT_TIMEOUT_S = 60.0
+# The JVM is ready in ~2 s on this 2-core machine; a loaded CI runner can be 10x slower.
+KAFKA_READY_TIMEOUT_S = 60.0
+# A single-node KRaft broker shuts down in ~1 s; after this it is killed (its data
+# dir is a temp dir that is deleted anyway, so an unclean stop loses nothing).
+KAFKA_STOP_TIMEOUT_S = 20.0
+# Small enough for a laptop or a CI runner next to the test process, big enough for
+# the test and benchmark loads; KAFKA_HEAP_OPTS overrides it, as in kafka-server-start.sh.
+DEFAULT_HEAP_OPTS = "-Xms128m -Xmx512m"
+# Kafka's own production choice (kafka-run-class.sh), minus -server (a no-op on 64-bit).
+_JVM_OPTS = (
+    "-XX:+UseSerialGC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+)
+
+# How often the CLI checks that the broker is still alive while it serves.
+_SERVE_POLL_S = 0.5
+
+_LOG4J_PROPERTIES = """\
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
+
+
+def server_properties(*, port: int, controller_port: int, log_dir: Path) -> str:
+    """The KRaft single-node config: one process is broker and controller."""
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"log.dirs={log_dir}",
+            # One node: every internal topic must be satisfiable by one replica, or
+            # consumer groups and transactions never get a coordinator.
+            "offsets.topic.replication.factor=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "min.insync.replicas=1",
+            # The defaults (50 partitions each) cost seconds of coordinator loading on
+            # the first group join and the first transaction.
+            "offsets.topic.num.partitions=1",
+            "transaction.state.log.num.partitions=1",
+            # Tests join groups constantly; the default 3 s delay would dominate them.
+            "group.initial.rebalance.delay.ms=0",
+            # Topics come from ensure_topics with their configs, never from a typo.
+            "auto.create.topics.enable=false",
+            "",
+        ]
+    )
+
+
+def cache_dir() -> Path:
+    """Where the assembled jars live: $PREEMPTCTL_KAFKA_CACHE or ~/.cache/preemptctl/kafka-VERSION."""
+    configured = os.environ.get(CACHE_ENV)
+    return Path(configured).expanduser() if configured else DEFAULT_CACHE
+
+
+def find_java() -> Path:
+    """$JAVA_HOME/bin/java if set (as kafka-run-class.sh does), else java on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return Path(java_home) / "bin" / "java"
+    found = shutil.which("java")
+    if found is None:
+        raise broker.BrokerUnavailable(
+            "java not found: install a JDK 17+ (e.g. apt-get install openjdk-17-jre-headless)"
+        )
+    return Path(found)
+
+
+def assemble(cache: Path | None = None, *, pom: Path = POM) -> Path:
+    """The libs/ folder with Kafka's runtime jars; runs Maven only if it is not there yet."""
+    libs = (cache or cache_dir()) / "libs"
+    if (libs / _BROKER_JAR).is_file():
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise broker.BrokerUnavailable(
+            f"mvn not found: install Maven (e.g. apt-get install maven) or set {CACHE_ENV} "
+            "to a dir with assembled libs/"
+        )
+    if not pom.is_file():
+        raise broker.BrokerUnavailable(f"{pom} not found: assemble Kafka from a source checkout")
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    # Maven writes into a private dir that is renamed into place only when complete,
+    # so an interrupted download or a concurrent test run never sees half a classpath.
+    partial = Path(tempfile.mkdtemp(prefix="libs.partial-", dir=libs.parent))
+    try:
+        try:
+            done = subprocess.run(
+                [
+                    mvn,
+                    "-q",
+                    "-B",
+                    "-f",
+                    str(pom),
+                    "dependency:copy-dependencies",
+                    f"-DoutputDirectory={partial}",
+                ],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=MVN_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise broker.BrokerUnavailable(f"mvn did not finish within {MVN_TIMEOUT_S:g} s") from e
+        if done.returncode != 0 or not (partial / _BROKER_JAR).is_file():
+            last = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()][-1:]
+            raise broker.BrokerUnavailable(
+                f"mvn could not assemble Kafka {KAFKA_VERSION} (exit {done.returncode}): {' '.join(last)}"
+            )
+        with contextlib.suppress(OSError):  # another process renamed its copy first: use that
+            partial.rename(libs)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return libs
+
+
+def pom_kafka_version(pom: Path = POM) -> str:
+    """The <kafka.version> the pom assembles."""
+    match = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", pom.read_text())
+    if match is None:
+        raise ValueError(f"{pom} has no <kafka.version>")
+    return match.group(1)
+
+
+def new_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (22 chars)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class LocalKafka(broker.BrokerProcess):
+    """Apache Kafka KRaft single node on loopback, with a temp log dir deleted on stop.
+
+    >>> with LocalKafka() as kafka:
+    ...     run(bootstrap=kafka.bootstrap)
+    """
+
+    name = "kafka"
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        cache: Path | None = None,
+        log_path: Path | None = None,
+        ready_timeout_s: float = KAFKA_READY_TIMEOUT_S,
+        stop_timeout_s: float = KAFKA_STOP_TIMEOUT_S,
+    ) -> None:
+        super().__init__(port=port, log_path=log_path)
+        self._cache = cache
+        self.ready_timeout_s = ready_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self._java: Path | None = None
+        self._libs: Path | None = None
+        self._workdir: Path | None = None
+
+    def _prepare(self) -> None:
+        self._java = find_java()
+        self._libs = assemble(self._cache)
+        self._workdir = Path(tempfile.mkdtemp(prefix="preemptctl-kafka-"))
+        (self._workdir / "log4j.properties").write_text(_LOG4J_PROPERTIES)
+
+    def _java_command(self, *args: str) -> list[str]:
+        assert self._java is not None and self._libs is not None and self._workdir is not None
+        heap = os.environ.get("KAFKA_HEAP_OPTS", DEFAULT_HEAP_OPTS).split()
+        return [
+            str(self._java),
+            *heap,
+            *_JVM_OPTS,
+            f"-Dlog4j.configuration=file:{self._workdir / 'log4j.properties'}",
+            "-cp",
+            str(self._libs / "*"),  # expanded by the JVM, not a shell
+            *args,
+        ]
+
+    def _launch(self, port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
+        assert self._workdir is not None
+        # A retry after a port clash starts over with fresh ports and an empty log dir.
+        data = self._workdir / "data"
+        shutil.rmtree(data, ignore_errors=True)
+        config = self._workdir / "server.properties"
+        config.write_text(
+            server_properties(port=port, controller_port=broker.free_loopback_port(), log_dir=data)
+        )
+        try:
+            formatted = subprocess.run(
+                self._java_command(
+                    "kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(config)
+                ),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=FORMAT_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise broker.BrokerUnavailable(f"kafka StorageTool format hung (log: {self.log_path})") from e
+        if formatted.returncode != 0:
+            raise broker.BrokerUnavailable(
+                f"kafka StorageTool format failed: {broker.log_tail(self.log_path)} (log: {self.log_path})"
+            )
+        return subprocess.Popen(
+            self._java_command("kafka.Kafka", str(config)),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def _cleanup(self) -> None:
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+
+def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve a local Kafka until Ctrl-C; the bootstrap address is the only stdout line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m streams.kafka_local",
+        description="Run a single-node Apache Kafka (KRaft) on loopback until Ctrl-C.",
+    )
+    parser.add_argument("--port", type=int, help="listener port (default: a free one)")
+    parser.add_argument("--create-topics", action="store_true", help="create the preemption.* topics")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=broker.DEFAULT_PARTITIONS,
+        help="partitions per topic with --create-topics",
+    )
+    args = parser.parse_args(argv)
+    # `kill PID` (e.g. from make or CI) stops the broker as cleanly as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    started = time.monotonic()
+    try:
+        with LocalKafka(port=args.port) as kafka:
+            if args.create_topics:
+                topics = broker.topic_specs(partitions=args.partitions)
+                asyncio.run(broker.ensure_topics(kafka.bootstrap, topics))
+            print(kafka.bootstrap, flush=True)
+            print(
+                f"kafka {KAFKA_VERSION} ready at {kafka.url} in {time.monotonic() - started:.1f} s "
+                f"(log: {kafka.log_path}); Ctrl-C to stop",
+                file=sys.stderr,
+            )
+            while kafka.running():
+                time.sleep(_SERVE_POLL_S)
+            print(f"kafka exited on its own (log: {kafka.log_path})", file=sys.stderr)
+            return 1
+    except broker.BrokerUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kafka stopped", file=sys.stderr)
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
