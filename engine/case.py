@@ -53,9 +53,8 @@ def load(raw: Any, *, where: str) -> Case:
     except EngineError as exc:
         raise InvalidCase(f"{where}: {exc}") from exc
     ids = [p.uid for p in preemptors]
-    cluster = cluster_mod.build(
-        [r for r in records if not (isinstance(r, Pod) and r.uid in ids)] + preemptors
-    )
+    kept: list[objects.Record] = [r for r in records if not (isinstance(r, Pod) and r.uid in ids)]
+    cluster = cluster_mod.build([*kept, *preemptors])
     # The cluster resolves priorities from classes; decide on the resolved records.
     resolved = tuple(cluster.pods[p.uid] for p in preemptors)
     return Case(str(raw.get("name") or where), now, cfg, cluster, resolved)

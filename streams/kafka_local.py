@@ -56,7 +56,7 @@ KAFKA_STOP_TIMEOUT_S = 20.0
 DEFAULT_HEAP_OPTS = "-Xms128m -Xmx512m"
 # Kafka's own production choice (kafka-run-class.sh), minus -server (a no-op on 64-bit).
 _JVM_OPTS = (
-    "-XX:+UseSerialGC",
+    "-XX:+UseG1GC",
     "-XX:MaxGCPauseMillis=20",
     "-XX:InitiatingHeapOccupancyPercent=35",
     "-XX:+ExplicitGCInvokesConcurrent",

@@ -1,0 +1,81 @@
+"""The `preemptctl decide` contract (conformance/FORMAT.md), through the real console entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CASES = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "cases"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "cases"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streams.cli", *args], capture_output=True, text=True, check=False
+    )
+
+
+def test_one_json_line_per_case_in_order() -> None:
+    files = sorted(EXAMPLES.glob("*.yaml"))
+    assert files, "bundled example cases are missing"
+    proc = run("decide", *map(str, files), "--output", "json")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == len(files)
+    answers = [json.loads(line) for line in lines]
+    assert [a["name"] for a in answers] == [f.stem for f in files]
+    for a in answers:
+        assert a["outcome"] in ("preempt", "fits", "unschedulable", "wait")
+        assert isinstance(a["victims"], list)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("objects: [\n  - {kind: Pod", "invalid YAML"),
+        (
+            "now: '2026-01-01T00:00:00Z'\nobjects: []\npreemptor: [{kind: Pod, metadata: {}}]\n",
+            "Pod without metadata.name",
+        ),
+        ("objects: []\n", "preemptor"),
+        (
+            "config: {victimSelection: best}\nobjects: []\npreemptor: [{kind: Pod, metadata: {name: p}}]\n",
+            "victimSelection",
+        ),
+    ],
+)
+def test_invalid_case_exits_2_with_one_line_and_no_stdout(tmp_path: Path, content: str, message: str) -> None:
+    good = EXAMPLES / sorted(p.name for p in EXAMPLES.glob("*.yaml"))[0]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(content)
+    proc = run("decide", str(good), str(bad), "--output", "json")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert message in proc.stderr
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    proc = run("decide", str(tmp_path / "nope.yaml"))
+    assert proc.returncode == 2 and "nope.yaml" in proc.stderr and proc.stdout == ""
+
+
+def test_text_output_explains() -> None:
+    proc = run("decide", str(CASES / "k8s" / "k8s-preempt-basic.yaml"), "--output", "text")
+    assert proc.returncode == 0
+    assert "PREEMPT" in proc.stdout and "candidate node1" in proc.stdout and "rejected node2" in proc.stdout
+
+
+def test_json_cases_take_the_fast_path(tmp_path: Path) -> None:
+    import yaml
+
+    raw = yaml.safe_load((CASES / "k8s" / "k8s-preempt-basic.yaml").read_text())
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps(raw))
+    proc = run("decide", str(path), "--output", "json")
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["node"] == "node1"

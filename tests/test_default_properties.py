@@ -1,0 +1,99 @@
+"""Property tests of the default flow on generated clusters (hypothesis).
+
+Each property is checked against facts computed here from the raw objects, and
+the engine as a whole against engine.reference, the literal transcription.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+
+from engine import case as case_mod
+from engine import reference, resources
+from engine.decision import FITS, PREEMPT
+from tests import gen
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _decide(raw: dict[str, Any]) -> tuple[case_mod.Case, Any]:
+    c = case_mod.load(raw, where="generated")
+    return c, case_mod.answer(c)
+
+
+def _free_after(c: case_mod.Case, node: str, evicted: set[str]) -> dict[str, int]:
+    """Free resources on `node` with `evicted` gone, nominated pods >= preemptor counted, from raw records."""
+    cluster = c.cluster
+    pre = c.preemptors[0]
+    prio = cluster.priority(pre)
+    free = dict(cluster.nodes[node].node.allocatable)
+    for p in cluster.pods.values():
+        if p.terminal or p.uid in evicted or p.uid == pre.uid:
+            continue
+        if p.node == node or (p.node is None and p.nominated == node and cluster.priority(p) >= prio):
+            resources.sub(free, p.requests)
+    return free
+
+
+@SETTINGS
+@given(gen.clusters())
+def test_victims_are_lower_priority_and_make_room(raw: dict[str, Any]) -> None:
+    c, d = _decide(raw)
+    pre = c.preemptors[0]
+    prio = c.cluster.priority(pre)
+    if d.outcome != PREEMPT:
+        assert d.victims == ()
+        return
+    assert d.node is not None
+    evicted = {v.uid for v in d.victims}
+    for v in d.victims:
+        assert v.priority < prio
+        assert v.node == d.node
+        assert v.terminating == c.cluster.pods[v.uid].deleting
+    assert resources.fits(pre.requests, _free_after(c, d.node, evicted))
+
+
+@SETTINGS
+@given(gen.clusters())
+def test_reprieve_is_minimal(raw: dict[str, Any]) -> None:
+    """No single victim could be given back: the preemptor would no longer fit."""
+    c, d = _decide(raw)
+    if d.outcome != PREEMPT:
+        return
+    assert d.node is not None
+    evicted = {v.uid for v in d.victims}
+    for v in d.victims:
+        assert not resources.fits(c.preemptors[0].requests, _free_after(c, d.node, evicted - {v.uid}))
+
+
+@SETTINGS
+@given(gen.clusters())
+def test_fits_has_no_victims_and_really_fits(raw: dict[str, Any]) -> None:
+    c, d = _decide(raw)
+    if d.outcome == FITS:
+        assert d.victims == ()
+        assert d.node is not None
+        assert resources.fits(c.preemptors[0].requests, _free_after(c, d.node, set()))
+
+
+@SETTINGS
+@given(gen.clusters(), gen.st.randoms(use_true_random=False))
+def test_answer_does_not_depend_on_object_order(raw: dict[str, Any], rnd: random.Random) -> None:
+    _, d1 = _decide(raw)
+    shuffled = dict(raw, objects=rnd.sample(raw["objects"], len(raw["objects"])))
+    _, d2 = _decide(shuffled)
+    assert d1.answer() == d2.answer()
+
+
+@SETTINGS
+@given(gen.clusters())
+def test_engine_agrees_with_reference(raw: dict[str, Any]) -> None:
+    c, d = _decide(raw)
+    want = reference.decide(c.cluster, c.preemptors[0], c.now)
+    got = {"outcome": d.outcome, "node": d.node, "victims": sorted(v.key for v in d.victims)}
+    if want["outcome"] in ("unschedulable", "wait"):
+        got["node"] = None
+    assert got == want
