@@ -1,0 +1,139 @@
+"""Typed shapes of every topic's values (DESIGN §5) and their orjson encode/decode.
+
+Each value carries `v`, the envelope version. Compatibility policy: within a
+version, fields are only ever added (consumers must ignore unknown fields);
+a change that removes or retypes a field bumps `v`, and consumers reject
+versions they do not know.
+"""
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+import orjson
+
+from schemas import VERSION
+
+CLUSTER_EVENTS = "preemption.cluster-events"
+DECISIONS = "preemption.decisions"
+EVICTIONS = "preemption.evictions"
+DEAD_LETTER = "preemption.dead-letter"
+TOPICS = (CLUSTER_EVENTS, DECISIONS, EVICTIONS, DEAD_LETTER)
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED", "RESYNC", "TICK"]
+EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "RESYNC", "TICK")
+OBJECT_EVENTS = ("ADDED", "MODIFIED", "DELETED")
+
+
+class ClusterEvent(TypedDict):
+    ts: str
+    type: EventType
+    object: NotRequired[dict[str, Any]]
+
+
+class ClusterEventBatch(TypedDict):
+    """One record of preemption.cluster-events: an ordered batch of a cluster's events."""
+
+    v: int
+    cluster: str
+    events: list[ClusterEvent]
+
+
+class VictimRecord(TypedDict):
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    priority: int
+    action: Literal["delete", "evict", "label"]
+    terminating: NotRequired[bool]
+
+
+class DecisionRecord(TypedDict):
+    v: int
+    id: str
+    cluster: str
+    seq: int
+    ts: str
+    flow: str
+    preemptor: str
+    preemptorUid: str
+    outcome: str
+    node: NotRequired[str]
+    placements: NotRequired[dict[str, str]]
+    victims: list[VictimRecord]
+    reason: str
+    explanation: dict[str, Any]
+    configHash: str
+    engineVersion: str
+    prevHash: str
+    hash: str
+    sig: NotRequired[str]
+
+
+EvictionResult = Literal[
+    "done", "already-gone", "already-terminating", "uid-changed", "blocked-by-pdb", "error"
+]
+EVICTION_RESULTS = ("done", "already-gone", "already-terminating", "uid-changed", "blocked-by-pdb", "error")
+
+
+class EvictionRecord(TypedDict):
+    v: int
+    decisionId: str
+    cluster: str
+    victim: VictimRecord
+    action: str
+    result: EvictionResult
+    attempts: int
+    ts: str
+    dryRun: NotRequired[bool]
+    message: NotRequired[str]
+
+
+# Dead letters carry the rejected bytes unchanged as the value; these headers say why and whence.
+DEAD_LETTER_HEADERS = ("origin-topic", "origin-partition", "origin-offset", "error-class", "error")
+
+
+class DecodeError(ValueError):
+    """Bytes that are not a valid record of the expected shape."""
+
+
+def encode(value: Any) -> bytes:
+    return orjson.dumps(value)
+
+
+def decode_batch(data: bytes) -> ClusterEventBatch:
+    """Parse and validate a cluster-events record; DecodeError with the reason otherwise."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise DecodeError("record is not a JSON object")
+    if value.get("v") != VERSION:
+        raise DecodeError(f"unsupported envelope version {value.get('v')!r}")
+    if not isinstance(value.get("cluster"), str) or not isinstance(value.get("events"), list):
+        raise DecodeError("record needs cluster (string) and events (list)")
+    for i, event in enumerate(value["events"]):
+        problem = event_problem(event)
+        if problem:
+            raise DecodeError(f"events[{i}]: {problem}")
+    return value  # type: ignore[return-value]
+
+
+def event_problem(event: Any) -> str | None:
+    """Why one event is malformed, or None."""
+    if not isinstance(event, dict):
+        return "event is not an object"
+    if event.get("type") not in EVENT_TYPES:
+        return f"unknown event type {event.get('type')!r}"
+    if not isinstance(event.get("ts"), str):
+        return "event without ts"
+    if event["type"] in OBJECT_EVENTS and not isinstance(event.get("object"), dict):
+        return f"{event['type']} event without object"
+    return None
+
+
+def decode(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"not JSON: {exc}") from exc
