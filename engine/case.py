@@ -16,7 +16,8 @@ from engine.cluster import Cluster
 from engine.config import Config
 from engine.decision import Decision
 from engine.errors import EngineError, InvalidCase
-from engine.flows import Evaluator, decide, evaluate_all
+from engine.flows import decide
+from engine.index import Index
 from engine.objects import Pod
 
 
@@ -60,5 +61,5 @@ def load(raw: Any, *, where: str) -> Case:
     return Case(str(raw.get("name") or where), now, cfg, cluster, resolved)
 
 
-def answer(case: Case, *, evaluator: Evaluator = evaluate_all) -> Decision:
-    return decide(case.cluster, case.preemptors, now=case.now, config=case.config, evaluator=evaluator)
+def answer(case: Case, *, index: Index | None = None) -> Decision:
+    return decide(case.cluster, case.preemptors, now=case.now, config=case.config, index=index)

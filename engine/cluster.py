@@ -59,7 +59,10 @@ class Cluster:
         self.epoch = 0
         # Warnings for the operator (unparsable annotations); the runtime logs each once.
         self.warnings: dict[str, str] = {}
-        self.changed_nodes: set[str] = set()
+        # Names of nodes whose state changed, in order; caches replay it to stay current.
+        # `touched_base` is the absolute position of touched[0] (the log is trimmed).
+        self.touched: list[str] = []
+        self.touched_base = 0
 
     # ---- queries -------------------------------------------------------------------
 
@@ -143,7 +146,7 @@ class Cluster:
         elif kind == "Node":
             state = self.nodes.pop(uid, None)
             if state is not None:
-                self.changed_nodes.add(uid)
+                self.touched.append(uid)
         elif kind == "PriorityClass":
             if self.priority_classes.pop(uid, None) is not None:
                 self._policies.pop(uid, None)
@@ -167,7 +170,7 @@ class Cluster:
         state = self.nodes.get(name)
         if state is not None:
             state.version += 1
-        self.changed_nodes.add(name)
+        self.touched.append(name)
 
     def _upsert_node(self, node: Node) -> None:
         state = self.nodes.get(node.name)
@@ -216,6 +219,23 @@ class Cluster:
                 if not noms:
                     del self._nominated[old.nominated]
             self._touch(old.nominated)
+
+    def touched_since(self, position: int) -> list[str] | None:
+        """Nodes touched since absolute log `position`; None when that part of the log is trimmed."""
+        if position < self.touched_base:
+            return None
+        return self.touched[position - self.touched_base :]
+
+    @property
+    def touched_end(self) -> int:
+        return self.touched_base + len(self.touched)
+
+    def trim_touched(self, position: int) -> None:
+        """Forget the log before `position` (every reader has passed it)."""
+        drop = position - self.touched_base
+        if drop > 0:
+            del self.touched[:drop]
+            self.touched_base = position
 
     # ---- event folding ---------------------------------------------------------------
 

@@ -9,12 +9,14 @@ worker and the audit replay call.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from engine import default, minimal
 from engine.cluster import Cluster
 from engine.config import Config
 from engine.decision import FITS, PREEMPT, UNSCHEDULABLE, WAIT, Decision, Victim
 from engine.default import NodeEval, Preemptor
+from engine.index import Index
 from engine.objects import Pod
 
 # Evaluates every node for one preemptor, in node-name order. The index module
@@ -52,9 +54,13 @@ def decide(
     *,
     now: int,
     config: Config,
-    evaluator: Evaluator = evaluate_all,
+    index: Index | None = None,
 ) -> Decision:
-    """Decide for one pending preemptor (or one gang, all members given)."""
+    """Decide for one pending preemptor (or one gang, all members given).
+
+    Pass the same `index` for every decision over one cluster (the streaming
+    worker does): its rankings then stay current incrementally.
+    """
     flow = select_flow(cluster, pods)
     if flow == "daemonset":
         from engine import daemonset
@@ -63,8 +69,8 @@ def decide(
     if flow == "job":
         from engine import job
 
-        return job.decide(cluster, pods, now=now, config=config, evaluator=evaluator)
-    return decide_default(cluster, pods[0], now=now, config=config, evaluator=evaluator)
+        return job.decide(cluster, pods, now=now, config=config, evaluator=evaluate_all)
+    return decide_default(cluster, pods[0], now=now, config=config, index=index)
 
 
 def to_victims(pods: Sequence[Pod], cluster: Cluster, *, action: str) -> tuple[Victim, ...]:
@@ -83,15 +89,15 @@ def to_victims(pods: Sequence[Pod], cluster: Cluster, *, action: str) -> tuple[V
 
 
 def decide_default(
-    cluster: Cluster, pod: Pod, *, now: int, config: Config, evaluator: Evaluator = evaluate_all
+    cluster: Cluster, pod: Pod, *, now: int, config: Config, index: Index | None = None
 ) -> Decision:
     pre = Preemptor(pod, cluster.priority(pod), pod.requests)
-    evals = evaluator(cluster, pre, now, config)
-    explanation = default.explain(evals, cluster, flow="default")
+    scan = (index or Index(cluster)).scan(pre, now, config.victim_selection)
+    explanation = scan.explanation
     explanation["preemptorPriority"] = pre.priority
     explanation["victimSelection"] = config.victim_selection
 
-    def make(outcome: str, reason: str, **kw: object) -> Decision:
+    def make(outcome: str, reason: str, **kw: Any) -> Decision:
         return Decision(
             flow="default",
             preemptor=pod.key,
@@ -99,22 +105,19 @@ def decide_default(
             outcome=outcome,
             reason=reason,
             explanation=explanation,
-            **kw,  # type: ignore[arg-type]
+            **kw,
         )
 
-    fitting = [e.node for e in evals if e.status == default.FITS]
-    if fitting:
-        node = pod.nominated if pod.nominated in fitting else fitting[0]
-        return make(FITS, f"fits on {node} without preemption", node=node)
+    if scan.fitting is not None:
+        return make(FITS, f"fits on {scan.fitting} without preemption", node=scan.fitting)
     if not default.may_preempt(cluster, pod):
         return make(UNSCHEDULABLE, "preemptionPolicy is Never: the pod may not preempt")
     waiting = default.waiting_on_nominated(cluster, pre)
     if waiting is not None:
         return make(WAIT, waiting)
-    candidates = [e for e in evals if e.status == default.CANDIDATE]
-    if not candidates:
+    best = scan.best
+    if best is None:
         return make(UNSCHEDULABLE, "no node can make room by evicting lower-priority pods")
-    best = min(candidates, key=lambda e: (e.key, e.node))
     explanation["chosen"] = default.criteria(best, cluster)
     return make(
         PREEMPT,

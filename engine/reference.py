@@ -55,6 +55,16 @@ def decide(cluster: Cluster, pod: Pod, now: int) -> dict[str, Any]:
     """The default flow's answer as {outcome, node, victims: sorted keys}."""
     prio = _prio(cluster, pod)
     all_pods = list(cluster.pods.values())
+    # Grouped once per call, as kube-scheduler's snapshot lists each node's pods.
+    bound: dict[str, list[Pod]] = {}
+    promised: dict[str, list[Pod]] = {}
+    for p in all_pods:
+        if p.terminal:
+            continue
+        if p.node is not None:
+            bound.setdefault(p.node, []).append(p)
+        elif p.nominated is not None and p.uid != pod.uid and _prio(cluster, p) >= prio:
+            promised.setdefault(p.nominated, []).append(p)
     nodes = sorted(cluster.nodes)
     results = []
     fitting = []
@@ -62,16 +72,8 @@ def decide(cluster: Cluster, pod: Pod, now: int) -> dict[str, Any]:
         node = cluster.nodes[name].node
         if placement.unresolvable(node, pod) is not None:
             continue
-        on_node = [p for p in all_pods if p.node == name and not p.terminal]
-        nominated = [
-            p
-            for p in all_pods
-            if p.node is None
-            and not p.terminal
-            and p.nominated == name
-            and p.uid != pod.uid
-            and _prio(cluster, p) >= prio
-        ]
+        on_node = bound.get(name, [])
+        nominated = promised.get(name, [])
         if _fits(pod.requests, node.allocatable, on_node + nominated):
             fitting.append(name)
             continue

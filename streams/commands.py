@@ -1,0 +1,13 @@
+"""Subcommands beyond `decide`, registered on the `preemptctl` parser."""
+
+from __future__ import annotations
+
+import argparse
+
+from streams import bench_engine
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bench = sub.add_parser("bench", help="benchmarks (engine, pipeline)", description="Run a benchmark.")
+    kinds = bench.add_subparsers(dest="bench", metavar="KIND")
+    bench_engine.register(kinds)
