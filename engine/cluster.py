@@ -53,7 +53,7 @@ class Cluster:
         self._nominated: dict[str, dict[str, Pod]] = {}
         self._pdbs_by_ns: dict[str, list[Pdb]] = {}
         self._policies: dict[str, toleration.Policy | None] = {}
-        self._tombstones: dict[str, str] = {}
+        self.tombstones: dict[str, str] = {}
         # Bumped when cluster-wide inputs (classes, PDBs, quotas) change: every cached
         # per-node evaluation is then stale. Node-local changes bump NodeState.version.
         self.epoch = 0
@@ -242,7 +242,7 @@ class Cluster:
     def held_version(self, kind: str, uid: str) -> str | None:
         if kind == "Pod":
             pod = self.pods.get(uid)
-            return pod.resource_version if pod else self._tombstones.get(f"Pod/{uid}")
+            return pod.resource_version if pod else self.tombstones.get(f"Pod/{uid}")
         tables: dict[str, Mapping[str, Any]] = {
             "Node": self.nodes,
             "PriorityClass": self.priority_classes,
@@ -251,7 +251,7 @@ class Cluster:
         }
         held = tables.get(kind, {}).get(uid)
         if held is None:
-            return self._tombstones.get(f"{kind}/{uid}")
+            return self.tombstones.get(f"{kind}/{uid}")
         record = held.node if isinstance(held, NodeState) else held
         return str(record.resource_version)
 
@@ -268,10 +268,10 @@ class Cluster:
         if event_type == "DELETED":
             self.remove(str(kind), record_uid)
             if incoming:
-                self._tombstones[f"{kind}/{record_uid}"] = incoming
+                self.tombstones[f"{kind}/{record_uid}"] = incoming
             return True
         record = objects.normalize(obj)
-        self._tombstones.pop(f"{kind}/{record_uid}", None)
+        self.tombstones.pop(f"{kind}/{record_uid}", None)
         self.upsert(record)
         return True
 

@@ -1,0 +1,228 @@
+"""The simulated cluster: a discrete-event simulation of what a cluster does with decisions.
+
+A trace is what the cluster did on its own. The simulator merges it with the
+cluster's reactions, on the log's clock (DESIGN §10):
+- the actuator's effects: fresh victims get a deletionTimestamp and the
+  DisruptionTarget condition at the decision's time (or the soft-eviction label),
+  the preemptor its nominatedNodeName; victims are DELETED after their grace period;
+- kube-scheduler's binding role: whenever capacity may have freed up, pending pods
+  that fit now are bound in priority order (a nominated pod to its nominated node
+  first, never into capacity promised to a higher-priority nominated pod), and a
+  pending pod it cannot bind is marked PodScheduled=False/Unschedulable, which is
+  what asks the controller for a decision;
+- periodic TICK events while time passes, so waits can expire.
+
+Events are ordered by (ts, origin, n): immediate reactions first (they happen
+as the decision is made), then trace events, then delayed reactions (deletions);
+n is creation order. Reactions get resourceVersions above every one in the
+trace. The result is the same full log, and so the same decisions, every run.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from engine import cluster as cluster_mod
+from engine import objects, timeutil
+from engine.cluster import Cluster
+from engine.default import Preemptor
+from engine.index import Index
+from engine.objects import Pod
+from schemas.records import ClusterEvent
+
+IMMEDIATE, TRACE, DELAYED = -1, 0, 1
+# Log time between TICK events the simulator writes while the cluster is quiet.
+TICK_SECONDS = 10
+# Ticks written into one quiet gap at most; a longer gap gets its last tick at
+# the gap's end, which is all a wait needs to expire.
+MAX_TICKS_PER_GAP = 30
+SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
+
+
+def _rv(obj: Mapping[str, Any]) -> int:
+    value = str((obj.get("metadata") or {}).get("resourceVersion") or "0")
+    return int(value) if value.isdigit() else 0
+
+
+class Simulator:
+    def __init__(self, trace: Sequence[Mapping[str, Any]]) -> None:
+        self._queue: list[tuple[int, int, int, dict[str, Any]]] = []
+        self._n = 0
+        self._rv = max((_rv(e.get("object") or {}) for e in trace), default=0)
+        for event in trace:
+            self._push(timeutil.parse(event["ts"]), TRACE, dict(event))
+        self.view = Cluster()  # the cluster as the API server has it
+        self._index = Index(self.view)
+        self.raw: dict[str, dict[str, Any]] = {}  # pod uid -> the API's current raw pod
+        self._applied: set[int] = set()  # queue entries already applied to the view
+        self._now = self._queue[0][0] if self._queue else 0
+        self._last_tick = self._now
+
+    # ---- the event stream --------------------------------------------------------------
+
+    def _push(self, ts: int, origin: int, event: dict[str, Any], *, applied: bool = False) -> None:
+        self._n += 1
+        if applied:
+            self._applied.add(self._n)
+        heapq.heappush(self._queue, (ts, origin, self._n, event))
+
+    def __iter__(self) -> Iterator[ClusterEvent]:
+        while self._queue:
+            ts, origin, n, event = self._queue[0]
+            tick_at = self._last_tick + TICK_SECONDS * timeutil.SECOND
+            if tick_at < ts:
+                gap_ticks = (ts - self._last_tick) // (TICK_SECONDS * timeutil.SECOND)
+                if gap_ticks > MAX_TICKS_PER_GAP:
+                    tick_at = self._last_tick + (gap_ticks - 1) * TICK_SECONDS * timeutil.SECOND
+                self._last_tick = tick_at
+                self._now = tick_at
+                yield {"ts": timeutil.render(tick_at), "type": "TICK"}
+                continue
+            heapq.heappop(self._queue)
+            self._now = ts
+            if event["type"] == "TICK":
+                self._last_tick = ts
+            if origin != TRACE and "object" in event:
+                self._rv += 1
+                event["object"].setdefault("metadata", {})["resourceVersion"] = str(self._rv)
+            if n not in self._applied:
+                self._observe(event)
+            self._applied.discard(n)
+            yield event  # type: ignore[misc]
+            if event["type"] in ("ADDED", "MODIFIED", "DELETED") and event["object"].get("kind") in (
+                "Pod",
+                "Node",
+            ):
+                self._schedule()
+
+    def _observe(self, event: Mapping[str, Any]) -> None:
+        if event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
+            return
+        obj = event["object"]
+        try:
+            if event["type"] == "DELETED":
+                self.view.remove(str(obj.get("kind")), cluster_mod.table_key(obj))
+                if obj.get("kind") == "Pod":
+                    self.raw.pop(objects.object_uid(obj), None)
+                return
+            record = objects.normalize(obj)
+        except Exception:
+            return
+        self.view.upsert(record)
+        if isinstance(record, Pod):
+            self.raw[record.uid] = copy.deepcopy(dict(obj))
+
+    def _emit(self, kind: str, obj: dict[str, Any], *, at: int, origin: int) -> None:
+        event = {"ts": timeutil.render(at), "type": kind, "object": obj}
+        if origin == IMMEDIATE:
+            self._observe(event)
+            self._push(at, origin, event, applied=True)
+        else:
+            self._push(at, origin, event)
+
+    # ---- reactions -----------------------------------------------------------------------
+
+    def react(self, decisions: Sequence[Mapping[str, Any]]) -> None:
+        """The actuator's effects of each preempt decision, as the cluster would show them."""
+        for d in decisions:
+            if d.get("outcome") != "preempt":
+                continue
+            at = timeutil.parse(d["ts"])
+            for v in d.get("victims", []):
+                raw = self.raw.get(v["uid"])
+                if (
+                    raw is None
+                    or v.get("terminating")
+                    or (raw.get("metadata") or {}).get("deletionTimestamp")
+                ):
+                    continue
+                pod = copy.deepcopy(raw)
+                meta = pod.setdefault("metadata", {})
+                if v["action"] == "label":
+                    meta.setdefault("labels", {})[SOFT_EVICTION] = "true"
+                else:
+                    meta["deletionTimestamp"] = timeutil.render(at)
+                    grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+                    meta["deletionGracePeriodSeconds"] = grace
+                    conds = pod.setdefault("status", {}).setdefault("conditions", [])
+                    conds.append(
+                        {
+                            "type": "DisruptionTarget",
+                            "status": "True",
+                            "reason": "PreemptionByScheduler",
+                            "lastTransitionTime": timeutil.render(at),
+                        }
+                    )
+                self._emit("MODIFIED", pod, at=at, origin=IMMEDIATE)
+                grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+                self._emit("DELETED", copy.deepcopy(pod), at=at + grace * timeutil.SECOND, origin=DELAYED)
+            targets = d.get("placements") or {d["preemptorUid"]: d.get("node")}
+            for member, node in sorted(targets.items()):
+                uid = member if member in self.raw else self._uid_of(member)
+                raw = self.raw.get(uid or "")
+                if raw is None or node is None or (raw.get("spec") or {}).get("nodeName"):
+                    continue
+                pod = copy.deepcopy(raw)
+                pod.setdefault("status", {})["nominatedNodeName"] = node
+                self._emit("MODIFIED", pod, at=at, origin=IMMEDIATE)
+
+    def _uid_of(self, key: str) -> str | None:
+        namespace, _, name = key.partition("/")
+        for uid, raw in self.raw.items():
+            meta = raw.get("metadata") or {}
+            if meta.get("name") == name and (meta.get("namespace") or "default") == namespace:
+                return uid
+        return None
+
+    def _leaving(self, pod: Pod) -> bool:
+        state = self.view.nodes.get(pod.nominated or "")
+        prio = self.view.priority(pod)
+        return state is not None and any(
+            p.deleting and self.view.priority(p) < prio for p in state.pods.values()
+        )
+
+    def _schedule(self) -> None:
+        """kube-scheduler's part: bind what fits now, mark the rest Unschedulable (once)."""
+        pending = sorted(
+            (p for p in self.view.pending() if not p.deleting),
+            key=lambda p: (-self.view.priority(p), p.created or 0, p.uid),
+        )
+        for pod in pending:
+            scan = self._index.scan(
+                Preemptor(pod, self.view.priority(pod), pod.requests), self._now, "kubernetes"
+            )
+            raw = copy.deepcopy(self.raw[pod.uid])
+            status = raw.setdefault("status", {})
+            if scan.fitting is not None:
+                raw.setdefault("spec", {})["nodeName"] = scan.fitting
+                status.pop("nominatedNodeName", None)
+                status["phase"] = "Running"
+                status["startTime"] = timeutil.render(self._now)
+                status["conditions"] = [
+                    c for c in status.get("conditions", []) if c.get("type") != "PodScheduled"
+                ] + [
+                    {
+                        "type": "PodScheduled",
+                        "status": "True",
+                        "lastTransitionTime": timeutil.render(self._now),
+                    }
+                ]
+                self._emit("MODIFIED", raw, at=self._now, origin=IMMEDIATE)
+            elif not pod.unschedulable or (pod.nominated and not self._leaving(pod)):
+                # Not bindable: ask for preemption, and drop a nomination whose victims are gone
+                # (someone else took the room), as kube-scheduler does when it retries the pod.
+                status.pop("nominatedNodeName", None)
+                status["conditions"] = [
+                    c for c in status.get("conditions", []) if c.get("type") != "PodScheduled"
+                ] + [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "lastTransitionTime": timeutil.render(self._now),
+                    }
+                ]
+                self._emit("MODIFIED", raw, at=self._now, origin=IMMEDIATE)
