@@ -69,7 +69,7 @@ def decide(
     if flow == "job":
         from engine import job
 
-        return job.decide(cluster, pods, now=now, config=config, evaluator=evaluate_all)
+        return job.decide(cluster, pods, now=now, config=config)
     return decide_default(cluster, pods[0], now=now, config=config, index=index)
 
 
@@ -82,7 +82,8 @@ def to_victims(pods: Sequence[Pod], cluster: Cluster, *, action: str) -> tuple[V
             node=p.node or "",
             priority=cluster.priority(p),
             action=action,
-            terminating=p.deleting,
+            # Soft-evicted pods (job-flow `label` victims) are leaving too: never fresh victims again.
+            terminating=p.deleting or p.labels.get("scheduling.koordinator.sh/soft-eviction") == "true",
         )
         for p in pods
     )

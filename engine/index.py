@@ -65,7 +65,9 @@ class Ranking:
     position: int  # touch-log position this ranking reflects
     now: int
     evals: dict[str, NodeEval] = field(default_factory=dict)
-    ranked: SortedList[tuple[Any, ...]] = field(default_factory=SortedList)  # (0, name) fits; (1, key, name) candidates
+    ranked: SortedList[tuple[Any, ...]] = field(
+        default_factory=SortedList
+    )  # (0, name) fits; (1, key, name) candidates
     rejected: SortedList[str] = field(default_factory=SortedList)  # names
     reasons: dict[str, int] = field(default_factory=dict)
     expiring: SortedList[tuple[int, str]] = field(default_factory=SortedList)  # (expires, name)

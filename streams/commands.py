@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from streams import bench_engine
+from streams import bench_engine, worker_app
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser("bench", help="benchmarks (engine, pipeline)", description="Run a benchmark.")
     kinds = bench.add_subparsers(dest="bench", metavar="KIND")
     bench_engine.register(kinds)
+    worker_app.register(sub)

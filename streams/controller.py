@@ -60,6 +60,7 @@ class Controller:
     seq: int = 0  # events handled; the next event's sequence number
     prev_hash: str = chain.GENESIS
     decisions: int = 0
+    last_seq: int = -1  # sequence number of the last decision record made
     nominations: dict[str, Nomination] = field(default_factory=dict)
     leaving: dict[str, int] = field(default_factory=dict)  # victim uid -> expiry of our "leaving" mark
     last: dict[str, str] = field(default_factory=dict)  # preemptor uid -> fingerprint of last record
@@ -209,6 +210,7 @@ class Controller:
 
     def _record(self, d: Decision, seq: int, now: int, pod: Pod) -> DecisionRecord:
         self.decisions += 1
+        self.last_seq = seq
         rec: dict[str, Any] = {
             "v": VERSION,
             "id": f"{self.cluster_name}/{seq}/{pod.uid}",
@@ -246,6 +248,7 @@ class Controller:
             "seq": self.seq,
             "prevHash": self.prev_hash,
             "decisions": self.decisions,
+            "lastDecisionSeq": self.last_seq,
             "nominations": {
                 u: [n.node, n.decision_id, n.since, n.expires] for u, n in sorted(self.nominations.items())
             },
@@ -273,6 +276,7 @@ class Controller:
         ctl.seq = int(state["seq"])
         ctl.prev_hash = str(state["prevHash"])
         ctl.decisions = int(state.get("decisions", 0))
+        ctl.last_seq = int(state.get("lastDecisionSeq", -1))
         ctl.nominations = {
             u: Nomination(n[0], n[1], int(n[2]), int(n[3])) for u, n in state["nominations"].items()
         }

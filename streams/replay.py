@@ -76,6 +76,6 @@ def simulate(trace: list[Mapping[str, Any]], config: Config, *, key: bytes | Non
             result.bad.append((n, str(exc)))
             continue
         result.decisions.extend(decisions)
-        sim.react(decisions)  # type: ignore[arg-type]
+        sim.react(decisions)
         result.events += 1
     return result

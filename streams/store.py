@@ -1,15 +1,17 @@
 """The worker's local state store (rocksdict on disk), written in batches with its log position.
 
-Keys: `obj/<Kind>/<key>` → the raw object (orjson), `meta/state` → the
-controller's own state (sequence number, hash-chain head, nominations, ...)
-together with `position`, the cluster-events (offset, index) the whole store
-reflects. Each write is one RocksDB WriteBatch, so objects, controller state and
-position change atomically: after a crash the store is exactly the state after
-some event, and the worker resumes its input right after that event.
+One store per cluster-events partition. Keys: `obj/<cluster>/<Kind>/<key>` →
+the raw object (orjson); `meta/state` → the controllers' own state (sequence
+numbers, hash-chain heads, nominations, ...) together with `position`, the
+cluster-events offset the whole store reflects. Each write is one RocksDB
+WriteBatch, so objects, controller state and position change atomically: after
+a crash the store is exactly the state after some record, and the worker
+resumes its input right after that record (DESIGN §3).
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,21 +40,31 @@ class Store:
 
     def state(self) -> dict[str, Any] | None:
         raw = self._db.get(_STATE)
-        return None if raw is None else dict(orjson.loads(raw))
+        return None if raw is None else dict(orjson.loads(bytes(raw)))
 
-    def objects(self) -> Iterator[dict[str, Any]]:
-        for key, value in self._db.items(from_key=_OBJ):
-            if not key.startswith(_OBJ):
+    def objects(self, cluster: str) -> Iterator[dict[str, Any]]:
+        prefix = _OBJ + cluster.encode() + b"/"
+        for key, value in self._db.items(from_key=prefix):
+            assert isinstance(key, bytes) and isinstance(value, bytes)  # raw mode stores bytes only
+            if not key.startswith(prefix):
                 break
             yield orjson.loads(value)
 
-    def write(self, dirty: Mapping[str, Mapping[str, Any] | None], state: Mapping[str, Any]) -> None:
+    def write(
+        self, dirty: Mapping[str, Mapping[str, Mapping[str, Any] | None]], state: Mapping[str, Any]
+    ) -> None:
+        """`dirty`: cluster -> {Kind/key -> raw object, or None for deleted}."""
         batch = WriteBatch(raw_mode=True)
-        for key, obj in dirty.items():
-            k = _OBJ + key.encode()
-            if obj is None:
-                batch.delete(k)
-            else:
-                batch.put(k, orjson.dumps(obj))
+        for cluster, changes in dirty.items():
+            for key, obj in changes.items():
+                k = _OBJ + f"{cluster}/{key}".encode()
+                if obj is None:
+                    batch.delete(k)
+                else:
+                    batch.put(k, orjson.dumps(obj))
         batch.put(_STATE, orjson.dumps(state))
         self._db.write(batch)
+
+    @staticmethod
+    def destroy(path: Path) -> None:
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,254 @@
+"""The DaemonSet flow: YuniKorn's simple preemptor for pods pinned to one node (seed 003).
+
+This module owns the DaemonSet pod's required node, the reservation start
+delay, which pods on that node are candidates and in what order (class, then
+priority, age and size), and the victim selection strategies (`single`,
+`multiple`) tried in the configured order. Nothing else is considered: a
+DaemonSet pod can run on one node only, so there is no node choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from engine import default, job, placement, resources, timeutil
+from engine.cluster import Cluster, NodeState
+from engine.config import Config
+from engine.decision import FITS, PREEMPT, UNSCHEDULABLE, WAIT, Decision
+from engine.default import Preemptor
+from engine.flows import to_victims
+from engine.objects import Pod
+from engine.resources import Resources
+
+ALLOW_PREEMPTION = "yunikorn.apache.org/allow-preemption"
+REGULAR, OWNER, OPT_OUT = 0, 1, 2
+CLASS_NAMES = {REGULAR: "regular", OWNER: "owner", OPT_OUT: "opt-out"}
+# The explanation lists this many ordered candidates; the rest are counted.
+EXPLAIN_CANDIDATES = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    pod: Pod
+    klass: int
+    priority: int
+
+
+def opted_out(pod: Pod) -> bool:
+    """`yunikorn.apache.org/allow-preemption: "false"` as a label or an annotation."""
+    return any(
+        (source.get(ALLOW_PREEMPTION) or "").strip().lower() == "false"
+        for source in (pod.labels, pod.annotations)
+    )
+
+
+def owners_among(cluster: Cluster, uids: set[str]) -> set[str]:
+    """Which of `uids` another pod names in its ownerReferences (a driver and its executors)."""
+    out: set[str] = set()
+    for pod in cluster.pods.values():
+        for owner in pod.owners:
+            if owner.uid in uids and owner.uid != pod.uid:
+                out.add(owner.uid)
+    return out
+
+
+def _size(pod: Pod, request: Resources, allocatable: Resources) -> Fraction:
+    """How big a pod is for this DaemonSet pod: its share of the node in the resources asked for."""
+    share = Fraction(0)
+    for r, amount in request.items():
+        if r != "pods" and amount > 0 and allocatable.get(r, 0) > 0:
+            share += Fraction(pod.requests.get(r, 0), allocatable[r])
+    return share
+
+
+def candidates(cluster: Cluster, state: NodeState, ds: Pod, priority: int, now: int) -> list[Candidate]:
+    """Every pod on the node that may be evicted for `ds`, in the seed's order.
+
+    Excluded: DaemonSet pods, pods already leaving (terminating, or soft-evicted by a
+    job decision: acting on them again would make them fresh victims of two live
+    decisions), higher-priority pods and pods whose PriorityClass tolerates the
+    DaemonSet pod. Order: class (regular, owner, opt-out), lower priority, younger
+    (creationTimestamp, else start time), larger share of what the DaemonSet pod
+    asks, then uid. A pod that is both an owner and opted out gets the more
+    protective class, opt-out.
+    """
+    eligible = [
+        p
+        for p in state.pods.values()
+        if p.uid != ds.uid
+        and not p.daemonset
+        and not job.leaving(p)
+        and cluster.priority(p) <= priority
+        and not cluster.tolerates(p, preemptor_priority=priority, now=now)
+    ]
+    owners = owners_among(cluster, {p.uid for p in eligible})
+
+    def klass(p: Pod) -> int:
+        if opted_out(p):
+            return OPT_OUT
+        return OWNER if p.uid in owners else REGULAR
+
+    out = [Candidate(p, klass(p), cluster.priority(p)) for p in eligible]
+    alloc = state.node.allocatable
+
+    def order(c: Candidate) -> tuple[int, int, int, Fraction, str]:
+        born = c.pod.created if c.pod.created is not None else c.pod.start
+        return (c.klass, c.priority, -born, -_size(c.pod, ds.requests, alloc), c.pod.uid)
+
+    return sorted(out, key=order)
+
+
+def deviation(victim: Pod, request: Resources) -> Fraction | None:
+    """The largest relative difference between a victim's requests and the DaemonSet pod's.
+
+    Every resource the victim requests counts; one the DaemonSet pod does not ask
+    for makes the victim no match at all (None).
+    """
+    worst = Fraction(0)
+    for r, amount in victim.requests.items():
+        want = request.get(r, 0)
+        if want <= 0:
+            return None
+        worst = max(worst, Fraction(abs(amount - want), want))
+    return worst
+
+
+def _single(
+    ordered: Sequence[Candidate], free: Resources, request: Resources, percent: int
+) -> tuple[list[Pod] | None, str]:
+    matches: list[tuple[Fraction, int, Pod]] = []
+    for i, c in enumerate(ordered):
+        dev = deviation(c.pod, request)
+        if dev is None or dev * 100 > percent:
+            continue
+        after = dict(free)
+        resources.add(after, c.pod.requests)
+        if resources.fits(request, after):
+            matches.append((dev, i, c.pod))
+    if not matches:
+        return None, f"no single candidate within {percent}% of the request frees enough"
+    dev, _, pod = min(matches, key=lambda m: (m[0], m[1]))
+    return [pod], f"{pod.namespace}/{pod.name} deviates {float(dev * 100):.2f}%"
+
+
+def _multiple(
+    ordered: Sequence[Candidate], free: Resources, request: Resources, limit: int
+) -> tuple[list[Pod] | None, str]:
+    after = dict(free)
+    chosen: list[Pod] = []
+    for c in ordered:
+        if len(chosen) == limit:
+            return None, f"more than maxVictims {limit} victims needed"
+        chosen.append(c.pod)
+        resources.add(after, c.pod.requests)
+        if resources.fits(request, after):
+            return chosen, f"{len(chosen)} victim(s) in candidate order"
+    return None, f"all {len(chosen)} candidate(s) together do not free enough"
+
+
+def _waiting_on_previous(cluster: Cluster, state: NodeState, ds: Pod, priority: int) -> str | None:
+    """An earlier decision for this pod is still evicting on its node (same rule as the default flow).
+
+    Terminating pods are never candidates, so deciding again now would pick further
+    victims while the first ones are still leaving.
+    """
+    if ds.nominated != state.node.name:
+        return None
+    for pod in sorted(state.pods.values(), key=lambda p: p.uid):
+        if pod.deleting and pod.disruption_target and not pod.daemonset and cluster.priority(pod) <= priority:
+            return f"victim {pod.namespace}/{pod.name} of an earlier preemption is still terminating"
+    return None
+
+
+def _explain_candidate(c: Candidate, request: Resources) -> dict[str, Any]:
+    dev = deviation(c.pod, request)
+    return {
+        "pod": c.pod.key,
+        "class": CLASS_NAMES[c.klass],
+        "priority": c.priority,
+        "created": None if c.pod.created is None else timeutil.render(c.pod.created),
+        "requests": resources.render(c.pod.requests),
+        "deviationPercent": None if dev is None else float(dev * 100),
+    }
+
+
+def decide(cluster: Cluster, pod: Pod, *, now: int, config: Config) -> Decision:
+    """Decide for one DaemonSet pod on its required node."""
+    priority = cluster.priority(pod)
+    node = placement.required_node(pod)
+    settings = config.daemonset
+    explanation: dict[str, Any] = {
+        "flow": "daemonset",
+        "node": node,
+        "preemptorPriority": priority,
+        "request": resources.render(pod.requests),
+    }
+
+    def make(outcome: str, reason: str, **kw: Any) -> Decision:
+        return Decision(
+            flow="daemonset",
+            preemptor=pod.key,
+            preemptor_uid=pod.uid,
+            outcome=outcome,
+            reason=reason,
+            explanation=explanation,
+            **kw,
+        )
+
+    state = cluster.nodes.get(node) if node else None
+    if state is None:
+        return make(UNSCHEDULABLE, f"required node {node} does not exist" if node else "no required node")
+    why = placement.unresolvable(state.node, pod)
+    if why is not None:
+        return make(UNSCHEDULABLE, f"required node {node}: {why}")
+    free = default.free_for(cluster, state, Preemptor(pod, priority, pod.requests))
+    if pod.uid in state.pods:
+        # Bound by nodeName but not admitted yet (the DaemonSet controller's old way):
+        # the index counts it on the node, yet it is the pod asking for room.
+        resources.add(free, pod.requests)
+    explanation["free"] = resources.render({k: v for k, v in free.items() if k in pod.requests})
+    if resources.fits(pod.requests, free):
+        return make(FITS, f"fits on {node} without preemption", node=node)
+    if not default.may_preempt(cluster, pod):
+        return make(UNSCHEDULABLE, "preemptionPolicy is Never: the pod may not preempt")
+
+    since = pod.unschedulable_since if pod.unschedulable_since is not None else pod.created
+    delay = settings.preemption_start_delay_seconds * timeutil.SECOND
+    if delay > 0:
+        # Without any timestamp the age is unknown; waiting is the side that never evicts early.
+        age = None if since is None else now - since
+        explanation["reservationAgeSeconds"] = None if age is None else age / timeutil.SECOND
+        if age is None or age < delay:
+            return make(
+                WAIT, f"reservation younger than the {settings.preemption_start_delay_seconds}s start delay"
+            )
+    waiting = _waiting_on_previous(cluster, state, pod, priority)
+    if waiting is not None:
+        return make(WAIT, waiting)
+
+    ordered = candidates(cluster, state, pod, priority, now)
+    explanation["candidates"] = [_explain_candidate(c, pod.requests) for c in ordered[:EXPLAIN_CANDIDATES]]
+    explanation["candidateCount"] = len(ordered)
+    attempts: list[dict[str, str]] = []
+    explanation["strategies"] = attempts
+    for strategy in settings.victim_selection_strategy:
+        if strategy == "single":
+            victims, result = _single(ordered, free, pod.requests, settings.single_victim_deviation_percent)
+        else:
+            victims, result = _multiple(ordered, free, pod.requests, settings.max_victims)
+        attempts.append({"strategy": strategy, "result": result})
+        if victims:
+            return make(
+                PREEMPT,
+                f"{strategy}: preempt {len(victims)} pod(s) on {node}",
+                node=node,
+                victims=to_victims(victims, cluster, action=config.victim_action),
+            )
+    short = resources.shortfall(pod.requests, free)
+    return make(
+        UNSCHEDULABLE,
+        f"no strategy frees {', '.join(f'{k} {v}' for k, v in short.items())} on {node}",
+    )

@@ -1,0 +1,578 @@
+"""The job flow: job-level preemption on ElasticQuota (seed 001, the Koordinator proposal).
+
+This module owns what makes a pod part of a job (pod group, ElasticQuota
+membership), the quota arithmetic (used, nonPreemptibleUsed and the seed's
+admission formulas), who may trigger preemption and who may be preempted, the
+all-or-nothing placement of a gang, the "previous round unfinished" wait, and
+the soft-eviction patch the actuator writes on `label` victims.
+
+A decision follows the seed's PostFilter: the quota gate (the admission
+formulas; it also gates `fits`, so no outcome takes a quota past its limits);
+the gang placed one member at a time in name order (a node where it fits
+without eviction, else the node the default flow's criteria rank best, given
+the members already placed and the evictions already committed) and `fits` if
+nobody had to go; then may-trigger, the previous-round wait, all-or-nothing;
+finally every job-eligible pod on the chosen nodes is removed and assigned back
+in importance order while all members still fit, so only the pods the gang
+really needs are evicted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from engine import default, minimal, quantity, resources
+from engine.cluster import Cluster, NodeState
+from engine.config import Config
+from engine.decision import DELETE, FITS, LABEL, PREEMPT, UNSCHEDULABLE, WAIT, Decision, Victim
+from engine.default import NodeEval, Preemptor
+from engine.flows import Evaluator, to_victims
+from engine.objects import PREEMPT_LOWER, PREEMPT_NEVER, ElasticQuota, Pod
+from engine.resources import Resources
+
+POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
+QUOTA_NAME = "quota.scheduling.koordinator.sh/name"
+PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
+CAN_PREEMPT = "quota.scheduling.koordinator.sh/can-preempt"
+# Label (value "true") plus an annotation of the same key holding the JSON detail:
+# a JSON document is not a valid label value.
+SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
+# Per member, the explanation lists this many ranked candidate nodes and rejected nodes.
+EXPLAIN_NODES = 5
+
+
+# ---- membership and pod properties ---------------------------------------------------
+
+
+def _truthy(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    return value.strip().lower() == "true"
+
+
+def quota_resolver(cluster: Cluster) -> Callable[[Pod], ElasticQuota | None]:
+    """`quota_of` for many pods: the quotas indexed once by name and by namespace."""
+    by_name: dict[str, list[ElasticQuota]] = {}
+    by_namespace: dict[str, ElasticQuota] = {}
+    for q in sorted(cluster.quotas.values(), key=lambda q: (q.namespace, q.name, q.uid)):
+        by_name.setdefault(q.name, []).append(q)
+        by_namespace.setdefault(q.namespace, q)
+
+    def resolve(pod: Pod) -> ElasticQuota | None:
+        named = by_name.get(pod.labels.get(QUOTA_NAME) or "")
+        if named:
+            return next((q for q in named if q.namespace == pod.namespace), named[0])
+        return by_namespace.get(pod.namespace)
+
+    return resolve
+
+
+def quota_of(cluster: Cluster, pod: Pod) -> ElasticQuota | None:
+    """The ElasticQuota a pod is charged to: its quota-name label, else its namespace's quota.
+
+    Quota names are meant to be unique cluster-wide (Koordinator's quota tree); when
+    several share the name, the one in the pod's namespace wins, then namespace order.
+    A label naming a quota that does not exist falls back to the namespace's quota
+    (the first by name if there are several), as Koordinator falls back to its
+    default quota.
+    """
+    return quota_resolver(cluster)(pod)
+
+
+def is_job_pod(cluster: Cluster, pod: Pod) -> bool:
+    """Does this pod take the job flow: a pod-group member, or charged to an ElasticQuota?"""
+    return bool(pod.labels.get(POD_GROUP)) or quota_of(cluster, pod) is not None
+
+
+def is_preemptible(pod: Pod, config: Config) -> bool:
+    """The preemptible label decides; without it, preemptible unless disableDefaultPreemptible."""
+    labelled = _truthy(pod.labels.get(PREEMPTIBLE))
+    if labelled is None:
+        return not config.quota.disable_default_preemptible
+    return labelled
+
+
+def trigger_refusal(cluster: Cluster, pod: Pod, config: Config) -> str | None:
+    """Why this pod may not trigger preemption (seed: Key Concept 2), or None when it may."""
+    policy = cluster.preemption_policy(pod)
+    if policy == PREEMPT_NEVER:
+        return "preemptionPolicy is Never"
+    if _truthy(pod.labels.get(CAN_PREEMPT)):
+        return None
+    if policy != PREEMPT_LOWER:
+        return f"preemptionPolicy is {policy} and the pod is not labelled {CAN_PREEMPT}=true"
+    if config.quota.disable_default_trigger_preemption:
+        return f"disableDefaultTriggerPreemption is set and the pod is not labelled {CAN_PREEMPT}=true"
+    return None
+
+
+def may_trigger(cluster: Cluster, pod: Pod, config: Config) -> bool:
+    return trigger_refusal(cluster, pod, config) is None
+
+
+def soft_evicted(pod: Pod) -> bool:
+    return _truthy(pod.labels.get(SOFT_EVICTION)) is True
+
+
+def leaving(pod: Pod) -> bool:
+    """Terminating or soft-evicted: its capacity is on its way out, no further action needed.
+
+    Soft-evicted pods are removed by an external deleter at its own pace; counting
+    them as leaving keeps a slow deleter from triggering a second round of victims.
+    """
+    return pod.deleting or soft_evicted(pod)
+
+
+def job_name(pods: Sequence[Pod]) -> str:
+    """The job's name, "ns/<pod-group>", or "ns/<pod>" for a pod that is a job on its own."""
+    first = pods[0]
+    return f"{first.namespace}/{first.labels.get(POD_GROUP) or first.name}"
+
+
+def gang(cluster: Cluster, pods: Sequence[Pod]) -> list[Pod]:
+    """The members to place, in name order.
+
+    Several pods are the gang as the caller gave it (a conformance case lists every
+    member). A single pod-group pod brings in every pending pod of its group in its
+    namespace, as the coscheduling plugin gathers a PodGroup; pods already being
+    deleted are not waited for.
+    """
+    members = {p.uid: p for p in pods}
+    if len(pods) == 1 and pods[0].labels.get(POD_GROUP):
+        group, namespace = pods[0].labels[POD_GROUP], pods[0].namespace
+        for p in cluster.pending():
+            if p.namespace == namespace and p.labels.get(POD_GROUP) == group and not p.deleting:
+                members.setdefault(p.uid, p)
+    return sorted(members.values(), key=lambda p: (p.namespace, p.name, p.uid))
+
+
+def soft_eviction_annotation(decision_id: str, preemptor: str, job: str, reason: str) -> dict[str, Any]:
+    """The merge patch that soft-evicts a `label` victim: the label, and the detail as an annotation."""
+    detail = json.dumps(
+        {"preemptJob": job, "preemptor": preemptor, "decisionId": decision_id, "reason": reason},
+        sort_keys=True,
+    )
+    return {"metadata": {"labels": {SOFT_EVICTION: "true"}, "annotations": {SOFT_EVICTION: detail}}}
+
+
+# ---- quota arithmetic ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class QuotaUse:
+    """One quota, what it already uses, and what the job asks of it."""
+
+    quota: ElasticQuota
+    used: Resources = field(default_factory=dict)
+    non_preemptible_used: Resources = field(default_factory=dict)
+    non_preemptible_request: Resources = field(default_factory=dict)
+    preemptible_request: Resources = field(default_factory=dict)
+    non_preemptible_members: int = 0
+    preemptible_members: int = 0
+
+
+def quota_use(cluster: Cluster, members: Sequence[Pod], config: Config) -> list[QuotaUse]:
+    """Usage of every quota a member is charged to, from the bound, non-terminal pods charged to it."""
+    resolve = quota_resolver(cluster)
+    by_uid: dict[str, QuotaUse] = {}
+    for m in members:
+        q = resolve(m)
+        if q is None:
+            continue
+        use = by_uid.setdefault(q.uid, QuotaUse(q))
+        if is_preemptible(m, config):
+            resources.add(use.preemptible_request, m.requests)
+            use.preemptible_members += 1
+        else:
+            resources.add(use.non_preemptible_request, m.requests)
+            use.non_preemptible_members += 1
+    if not by_uid:
+        return []
+    for pod in cluster.pods.values():
+        if pod.node is None or pod.terminal:
+            continue
+        q = resolve(pod)
+        if q is None or q.uid not in by_uid:
+            continue
+        use = by_uid[q.uid]
+        resources.add(use.used, pod.requests)
+        if not is_preemptible(pod, config):
+            resources.add(use.non_preemptible_used, pod.requests)
+    return sorted(by_uid.values(), key=lambda u: (u.quota.namespace, u.quota.name, u.quota.uid))
+
+
+def admission(use: QuotaUse, *, minus: Mapping[str, int] | None = None) -> tuple[bool, list[dict[str, Any]]]:
+    """The seed's admission formulas, per resource named in the quota, with the numbers.
+
+    Unnamed min is 0 and unnamed max unbounded (the ElasticQuota defaults). A
+    non-preemptible job must stay within min: nonPreemptibleUsed + jobRequest <= min
+    and used + jobRequest <= max. A preemptible job needs
+    min(min, nonPreemptibleUsed) + preemptibleUsed + jobRequest <= max. A job of one
+    kind gets exactly the seed's formulas; a mixed job must pass both, its
+    non-preemptible members counting as non-preemptible usage. `minus` is usage
+    about to leave (preemptible victims charged to this quota).
+    """
+    q = use.quota
+    used = dict(use.used)
+    if minus:
+        resources.sub(used, minus)
+    np_used = use.non_preemptible_used
+    np_req, p_req = use.non_preemptible_request, use.preemptible_request
+    checks: list[dict[str, Any]] = []
+
+    def check(resource: str, formula: str, terms: list[int], limit: int) -> None:
+        total = sum(terms)
+        checks.append(
+            {
+                "resource": resource,
+                "formula": formula,
+                "value": " + ".join(quantity.render(resource, t) for t in terms)
+                + f" = {quantity.render(resource, total)}",
+                "limit": quantity.render(resource, limit),
+                "ok": total <= limit,
+            }
+        )
+
+    for r in sorted(set(q.min) | set(q.max)):
+        lo = q.min.get(r, 0)
+        np_now = np_used.get(r, 0)
+        if use.non_preemptible_members:
+            check(r, "nonPreemptibleUsed + jobRequest <= min", [np_now, np_req.get(r, 0)], lo)
+            if r in q.max:
+                check(
+                    r,
+                    "used + jobRequest <= max",
+                    [used.get(r, 0), np_req.get(r, 0) + p_req.get(r, 0)],
+                    q.max[r],
+                )
+        if use.preemptible_members and r in q.max:
+            check(
+                r,
+                "min(min, nonPreemptibleUsed) + preemptibleUsed + jobRequest <= max",
+                [min(lo, np_now + np_req.get(r, 0)), used.get(r, 0) - np_now, p_req.get(r, 0)],
+                q.max[r],
+            )
+    return all(c["ok"] for c in checks), checks
+
+
+def _explain_quota(use: QuotaUse, checks: list[dict[str, Any]]) -> dict[str, Any]:
+    q = use.quota
+    return {
+        "quota": f"{q.namespace}/{q.name}",
+        "min": resources.render(q.min),
+        "max": resources.render(q.max),
+        "used": resources.render(use.used),
+        "nonPreemptibleUsed": resources.render(use.non_preemptible_used),
+        "nonPreemptibleRequest": resources.render(use.non_preemptible_request),
+        "preemptibleRequest": resources.render(use.preemptible_request),
+        "checks": checks,
+    }
+
+
+# ---- placement ------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Plan:
+    """The gang's placement so far: where each member goes and what it evicts."""
+
+    placements: dict[str, str] = field(default_factory=dict)  # member uid -> node
+    on_node: dict[str, list[Pod]] = field(default_factory=dict)  # node -> members placed there
+    committed: dict[str, dict[str, Pod]] = field(default_factory=dict)  # node -> uid -> victim
+
+    def place(self, member: Pod, node: str, victims: Iterable[Pod]) -> None:
+        self.placements[member.uid] = node
+        self.on_node.setdefault(node, []).append(member)
+        self.committed.setdefault(node, {}).update((v.uid, v) for v in victims)
+
+
+def _view(
+    state: NodeState, evictable: Mapping[str, Pod], plan: _Plan, counted_nominees: Sequence[Pod]
+) -> NodeState:
+    """The node as the next member sees it, for `default.evaluate_node`.
+
+    Committed victims are gone, members already placed here are assumed (as the
+    scheduler assumes a pod), and only job-eligible pods are offered as victims
+    (everything else stays in `used`). Gang members nominated here by an earlier
+    round are counted by `default.free_for` as nominated load; they are the pods
+    being placed now, so their requests are handed back here to count them once.
+    """
+    name = state.node.name
+    gone = plan.committed.get(name, {})
+    used = dict(state.used)
+    for v in gone.values():
+        resources.sub(used, v.requests)
+    for m in plan.on_node.get(name, []):
+        resources.add(used, m.requests)
+    for m in counted_nominees:
+        resources.sub(used, m.requests)
+    pods = {uid: p for uid, p in evictable.items() if uid not in gone} if gone else dict(evictable)
+    return NodeState(state.node, pods=pods, used=used, version=state.version)
+
+
+@dataclass(slots=True)
+class _MemberChoice:
+    node: str | None
+    evals: list[NodeEval]
+    fits: bool = False
+
+
+def _place_member(
+    cluster: Cluster,
+    member: Pod,
+    pre: Preemptor,
+    plan: _Plan,
+    evictable: Mapping[str, Mapping[str, Pod]],
+    nominees: Mapping[str, list[Pod]],
+    *,
+    now: int,
+    config: Config,
+) -> _MemberChoice:
+    evaluate = minimal.evaluate_node if config.victim_selection == "minimal" else default.evaluate_node
+    evals: list[NodeEval] = []
+    for name in sorted(cluster.nodes):
+        counted = [
+            m for m in nominees.get(name, []) if m.uid != member.uid and cluster.priority(m) >= pre.priority
+        ]
+        view = _view(cluster.nodes[name], evictable.get(name, {}), plan, counted)
+        evals.append(evaluate(cluster, view, pre, now))
+    for ev in evals:
+        if ev.status == default.FITS:
+            return _MemberChoice(ev.node, evals, fits=True)
+    candidates = [e for e in evals if e.status == default.CANDIDATE]
+    if not candidates:
+        return _MemberChoice(None, evals)
+    best = min(candidates, key=lambda e: (e.key, e.node))
+    return _MemberChoice(best.node, evals)
+
+
+def _explain_member(member: Pod, choice: _MemberChoice, cluster: Cluster) -> dict[str, Any]:
+    candidates = sorted(
+        (e for e in choice.evals if e.status == default.CANDIDATE), key=lambda e: (e.key, e.node)
+    )
+    rejected = [e for e in choice.evals if e.status == default.REJECTED]
+    return {
+        "member": member.key,
+        "node": choice.node,
+        "how": "fits" if choice.fits else ("preempt" if choice.node else "unplaceable"),
+        "candidates": [default.criteria(e, cluster) for e in candidates[:EXPLAIN_NODES]],
+        "candidateCount": len(candidates),
+        "rejected": [{"node": e.node, "reason": e.reason} for e in rejected[:EXPLAIN_NODES]],
+        "rejectedCount": len(rejected),
+    }
+
+
+def _evictable(
+    cluster: Cluster, members: Sequence[Pod], priority: int, *, now: int, config: Config
+) -> dict[str, dict[str, Pod]]:
+    """Job-eligible victims by node: preemptible, lower priority, tolerating no member, not in the job.
+
+    Terminating and soft-evicted pods stay eligible: their capacity is leaving anyway
+    and listing them again costs nothing (DESIGN §4). The toleration test uses the
+    lowest member priority: a victim that tolerates any member tolerates that one.
+    """
+    member_uids = {m.uid for m in members}
+    group = members[0].labels.get(POD_GROUP)
+    namespace = members[0].namespace
+    out: dict[str, dict[str, Pod]] = {}
+    for name, state in cluster.nodes.items():
+        for pod in state.pods.values():
+            if pod.uid in member_uids or (
+                group and pod.namespace == namespace and pod.labels.get(POD_GROUP) == group
+            ):
+                continue
+            if cluster.priority(pod) >= priority or not is_preemptible(pod, config):
+                continue
+            if cluster.tolerates(pod, preemptor_priority=priority, now=now):
+                continue
+            out.setdefault(name, {})[pod.uid] = pod
+    return out
+
+
+def _nominees(cluster: Cluster, members: Sequence[Pod]) -> dict[str, list[Pod]]:
+    """Members nominated to a node by an earlier round, as the cluster index holds them."""
+    out: dict[str, list[Pod]] = {}
+    for m in members:
+        held = cluster.pods.get(m.uid)
+        if held is not None and held.node is None and held.nominated and not held.terminal:
+            out.setdefault(held.nominated, []).append(held)
+    return out
+
+
+def _reprieve(
+    cluster: Cluster,
+    plan: _Plan,
+    pool_by_node: Mapping[str, Mapping[str, Pod]],
+    nominees: Mapping[str, list[Pod]],
+    priority: int,
+    uses: Sequence[QuotaUse],
+) -> list[Pod]:
+    """Remove the pool from the gang's nodes, then assign it back in importance order.
+
+    A pod comes back while every member placed on its node still fits and every quota
+    the job is charged to still passes its admission check (with the victims chosen
+    so far gone); the rest are the victims.
+    """
+    resolve = quota_resolver(cluster)
+    victims: list[Pod] = []
+    quota_by_uid = {u.quota.uid: u for u in uses}
+    leaving_usage: dict[str, Resources] = {}
+    for name in sorted(plan.on_node):
+        need = resources.total(m.requests for m in plan.on_node[name])
+        free = cluster.free(cluster.nodes[name])
+        # Nominated pods outrank the job here unless they are its own members (placed anew now).
+        members_here = {m.uid for m in nominees.get(name, [])}
+        for pod in cluster.nominated_on(name).values():
+            if cluster.priority(pod) >= priority and pod.uid not in members_here:
+                resources.sub(free, pod.requests)
+        pool = sorted(pool_by_node.get(name, {}).values(), key=lambda p: default.importance(cluster, p))
+        for pod in pool:
+            resources.add(free, pod.requests)
+        for pod in pool:
+            resources.sub(free, pod.requests)
+            q = resolve(pod)
+            charged = quota_by_uid.get(q.uid) if q is not None else None
+            if resources.fits(need, free) and (
+                charged is None or admission(charged, minus=leaving_usage.get(charged.quota.uid))[0]
+            ):
+                continue
+            resources.add(free, pod.requests)
+            victims.append(pod)
+            if charged is not None:
+                resources.add(leaving_usage.setdefault(charged.quota.uid, {}), pod.requests)
+    return sorted(victims, key=lambda p: default.importance(cluster, p))
+
+
+def _previous_round(cluster: Cluster, members: Sequence[Pod], priority: int) -> str | None:
+    """The seed's "check whether last round preemption finishes": a member's nominated node still
+    holds a lower-priority pod on its way out, so evicting more now could cascade."""
+    for m in members:
+        held = cluster.pods.get(m.uid, m)
+        node = held.nominated if held.node is None else None
+        state = cluster.nodes.get(node) if node else None
+        if state is None:
+            continue
+        for pod in sorted(state.pods.values(), key=lambda p: p.uid):
+            if cluster.priority(pod) < priority and leaving(pod):
+                how = "terminating" if pod.deleting else "soft-evicted"
+                return (
+                    f"previous round unfinished: {m.namespace}/{m.name} is nominated to {node}, "
+                    f"where {pod.namespace}/{pod.name} is still {how}"
+                )
+    return None
+
+
+def _mark(victims: Sequence[Pod], cluster: Cluster, config: Config) -> tuple[Victim, ...]:
+    action = DELETE if config.quota.pod_should_be_deleted_when_preempted else LABEL
+    marked = to_victims(victims, cluster, action=action)
+    # A soft-evicted victim is already on its way out: the actuator must not act on it again.
+    return tuple(
+        replace(v, terminating=True) if soft_evicted(p) else v for v, p in zip(marked, victims, strict=True)
+    )
+
+
+# ---- the decision -------------------------------------------------------------------
+
+
+def decide(
+    cluster: Cluster,
+    pods: Sequence[Pod],
+    *,
+    now: int,
+    config: Config,
+    evaluator: Evaluator | None = None,
+) -> Decision:
+    """Decide for one job: every pending member placed, or nothing evicted.
+
+    `evaluator` is accepted for the common `flows.decide` signature; it evaluates
+    nodes with the default flow's victim eligibility over the unmodified cluster, while
+    a gang needs job eligibility (preemptible pods) and capacity taken by the members
+    already placed, so nodes are evaluated here on a per-member view instead.
+    """
+    del evaluator
+    members = gang(cluster, pods)
+    job = job_name(members)
+    priority = min(cluster.priority(m) for m in members)
+    uses = quota_use(cluster, members, config)
+    explanation: dict[str, Any] = {
+        "flow": "job",
+        "job": job,
+        "members": [m.key for m in members],
+        "jobPriority": priority,
+        "victimSelection": config.victim_selection,
+        "quotas": [],
+    }
+
+    def make(outcome: str, reason: str, **kw: Any) -> Decision:
+        return Decision(
+            flow="job",
+            preemptor=job,
+            preemptor_uid=members[0].uid,
+            outcome=outcome,
+            reason=reason,
+            explanation=explanation,
+            members=tuple(m.key for m in members),
+            **kw,
+        )
+
+    admitted = True
+    for use in uses:
+        ok, checks = admission(use)
+        explanation["quotas"].append(_explain_quota(use, checks))
+        if not ok:
+            admitted = False
+    if not admitted:
+        failed = [c for q in explanation["quotas"] for c in q["checks"] if not c["ok"]]
+        first = failed[0]
+        return make(
+            UNSCHEDULABLE,
+            f"quota admission fails for {first['resource']}: {first['formula']} "
+            f"({first['value']} > {first['limit']})",
+        )
+
+    evictable = _evictable(cluster, members, priority, now=now, config=config)
+    nominees = _nominees(cluster, members)
+    plan = _Plan()
+    steps: list[dict[str, Any]] = []
+    unplaced: Pod | None = None
+    for m in members:
+        pre = Preemptor(m, priority, m.requests)
+        choice = _place_member(cluster, m, pre, plan, evictable, nominees, now=now, config=config)
+        steps.append(_explain_member(m, choice, cluster))
+        if choice.node is None:
+            unplaced = m
+            break
+        chosen = next(e for e in choice.evals if e.node == choice.node)
+        plan.place(m, choice.node, chosen.victims if not choice.fits else ())
+    explanation["placements"] = steps
+    placements = {m.key: plan.placements[m.uid] for m in members if m.uid in plan.placements}
+
+    if unplaced is None and not any(plan.committed.values()):
+        return make(FITS, f"all {len(members)} member(s) fit without preemption", placements=placements)
+    for m in members:
+        refusal = trigger_refusal(cluster, m, config)
+        if refusal is not None:
+            return make(UNSCHEDULABLE, f"{m.key} may not trigger preemption: {refusal}")
+    waiting = _previous_round(cluster, members, priority)
+    if waiting is not None:
+        return make(WAIT, waiting)
+    if unplaced is not None:
+        return make(
+            UNSCHEDULABLE,
+            f"{unplaced.key} cannot be placed even after evicting every eligible pod (all or nothing)",
+        )
+    # The seed removes every eligible pod and assigns them back (kubernetes). In minimal
+    # mode only the pods the per-member choices evicted go back, so the greedy pass
+    # cannot undo the exact per-node minimisation.
+    pool = plan.committed if config.victim_selection == "minimal" else evictable
+    victims = _reprieve(cluster, plan, pool, nominees, priority, uses)
+    explanation["victims"] = [v.key for v in victims]
+    return make(
+        PREEMPT,
+        f"preempt {len(victims)} pod(s) to place {len(members)} member(s) of {job}",
+        placements=placements,
+        victims=_mark(victims, cluster, config),
+    )

@@ -1,0 +1,177 @@
+"""The worker: a faust-streaming app that folds cluster-events into state and emits decisions.
+
+`PartitionWorker` owns one cluster-events partition: its controllers (one per
+cluster in the partition), its rocksdict store and the log position the store
+reflects, and the rules that keep decisions exactly-once in effect:
+- input resumes at the store's recorded position + 1 (not the group's committed
+  offset), so state and input cannot drift apart (DESIGN §3);
+- decisions are sent and acknowledged before the store moves past their record
+  (at-least-once), and decisions whose sequence number is already visible in the
+  decisions topic are not sent again, so a restart doubles none;
+- if the store is ahead of the visible decisions (a crash after the store write
+  but before the decisions became visible, e.g. an aborted transaction), the
+  store is discarded and the partition is re-derived from the start of the log:
+  the replayed decisions are byte-identical, and the missing ones are sent.
+Malformed records and events go to the dead-letter topic with their origin.
+
+The faust app (`build_app`) is the thin transport around it: one agent over the
+cluster-events topic, and a partition-assignment hook that opens the store and
+seeks the consumer to where the state says input continues.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from engine.config import Config
+from schemas import records
+from schemas.records import DecisionRecord
+from streams.controller import BadEvent, Controller
+from streams.store import Store
+
+log = logging.getLogger("preemptctl.worker")
+
+Emit = Callable[[Sequence[DecisionRecord]], Awaitable[None]]
+DeadLetter = Callable[[bytes | None, bytes, list[tuple[str, bytes]]], Awaitable[None]]
+
+
+def origin_headers(
+    topic: str, partition: int, offset: int, error: Exception, index: int | None = None
+) -> list[tuple[str, bytes]]:
+    where = str(offset) if index is None else f"{offset}"
+    headers = [
+        ("origin-topic", topic.encode()),
+        ("origin-partition", str(partition).encode()),
+        ("origin-offset", where.encode()),
+        ("error-class", type(error).__name__.encode()),
+        ("error", str(error)[:1000].encode()),
+    ]
+    if index is not None:
+        headers.append(("origin-index", str(index).encode()))
+    return headers
+
+
+@dataclass(slots=True)
+class PartitionWorker:
+    partition: int
+    store: Store
+    config: Config
+    key: bytes | None
+    emit: Emit
+    dead_letter: DeadLetter
+    position: int = -1  # the last cluster-events offset reflected in the store
+    controllers: dict[str, Controller] = field(default_factory=dict)
+    visible: dict[str, int] = field(default_factory=dict)  # cluster -> last decision seq already in the topic
+    events: int = 0
+    decisions_sent: int = 0
+    dead_letters: int = 0
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        partition: int,
+        path: Path,
+        config: Config,
+        key: bytes | None,
+        emit: Emit,
+        dead_letter: DeadLetter,
+        visible: Mapping[str, int],
+    ) -> PartitionWorker:
+        store = Store(path)
+        state = store.state()
+        worker = cls(partition, store, config, key, emit, dead_letter, visible=dict(visible))
+        if state is not None:
+            clusters = state.get("clusters", {})
+            ahead = [c for c, s in clusters.items() if int(s.get("lastDecisionSeq", -1)) > visible.get(c, -1)]
+            if ahead:
+                log.warning(
+                    "store of partition %d is ahead of the visible decisions of %s: re-deriving from the log start",
+                    partition,
+                    ", ".join(sorted(ahead)),
+                )
+                store.close()
+                Store.destroy(path)
+                return cls.open(
+                    partition=partition,
+                    path=path,
+                    config=config,
+                    key=key,
+                    emit=emit,
+                    dead_letter=dead_letter,
+                    visible=visible,
+                )
+            for name, cstate in sorted(clusters.items()):
+                worker.controllers[name] = Controller.restore(
+                    config=config, key=key, state=cstate, objects_raw=list(store.objects(name))
+                )
+            worker.position = int(state["position"])
+        return worker
+
+    @property
+    def resume_offset(self) -> int:
+        return self.position + 1
+
+    def _controller(self, name: str) -> Controller:
+        ctl = self.controllers.get(name)
+        if ctl is None:
+            ctl = self.controllers[name] = Controller(name, self.config, self.key)
+        return ctl
+
+    async def process(self, offset: int, key: bytes | None, value: bytes) -> None:
+        if offset <= self.position:
+            return  # already reflected in the store (re-delivery after a restart)
+        out: list[DecisionRecord] = []
+        try:
+            batch = records.decode_batch(value)
+        except records.DecodeError as exc:
+            self.dead_letters += 1
+            await self.dead_letter(
+                key, value, origin_headers(records.CLUSTER_EVENTS, self.partition, offset, exc)
+            )
+        else:
+            ctl = self._controller(batch["cluster"])
+            for i, event in enumerate(batch["events"]):
+                try:
+                    decisions = ctl.handle(event)
+                except BadEvent as exc:
+                    self.dead_letters += 1
+                    await self.dead_letter(
+                        key,
+                        orjson.dumps(event),
+                        origin_headers(records.CLUSTER_EVENTS, self.partition, offset, exc, i),
+                    )
+                    continue
+                seen = self.visible.get(ctl.cluster_name, -1)
+                out.extend(d for d in decisions if d["seq"] > seen)
+            self.events += len(batch["events"])
+        if out:
+            await self.emit(out)  # acknowledged before the store moves past this record
+            self.decisions_sent += len(out)
+        self.checkpoint(offset)
+
+    def checkpoint(self, offset: int) -> None:
+        self.position = offset
+        dirty = {name: ctl.take_dirty() for name, ctl in self.controllers.items()}
+        state = {
+            "position": offset,
+            "clusters": {name: ctl.state() for name, ctl in sorted(self.controllers.items())},
+        }
+        self.store.write(dirty, state)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def last_visible_decisions(decisions: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for d in decisions:
+        c = str(d.get("cluster"))
+        out[c] = max(out.get(c, -1), int(d.get("seq", -1)))
+    return out

@@ -1,0 +1,192 @@
+"""`preemptctl worker`: the faust-streaming app around PartitionWorker.
+
+One agent consumes preemption.cluster-events; on partition assignment the
+partition's store is opened and the consumer is moved to the store's position
++ 1 (DESIGN §3), so faust's committed offsets are only a lower bound. Decisions
+go to preemption.decisions keyed by cluster, rejected input to
+preemption.dead-letter. With `--processing-guarantee exactly_once` (real Kafka
+only: the embedded broker has no transactions) faust sends decisions and
+commits offsets in one transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import faust
+import orjson
+
+from engine import config as config_mod
+from engine.errors import InvalidConfig
+from schemas import records
+from schemas.records import DecisionRecord
+from streams import broker as broker_mod
+from streams import topics
+from streams.errors import UsageError
+from streams.worker import PartitionWorker, last_visible_decisions
+
+log = logging.getLogger("preemptctl.worker")
+
+# Group membership: low so a restarted worker rejoins quickly (the embedded
+# broker makes joins wait about half the session timeout, DESIGN §11).
+SESSION_TIMEOUT_S = 6.0
+HEARTBEAT_S = 1.0
+# faust commits acknowledged offsets this often; the store is the real resume point.
+COMMIT_INTERVAL_S = 1.0
+
+
+def build_app(
+    *,
+    bootstrap: str,
+    store_dir: Path,
+    config: config_mod.Config,
+    key: bytes | None,
+    guarantee: str,
+    app_id: str = "preemptctl-worker",
+) -> faust.App:
+    app = faust.App(
+        app_id,
+        broker=f"kafka://{bootstrap}",
+        store="memory://",
+        processing_guarantee=guarantee,
+        broker_session_timeout=SESSION_TIMEOUT_S,
+        broker_heartbeat_interval=HEARTBEAT_S,
+        broker_commit_interval=COMMIT_INTERVAL_S,
+        consumer_auto_offset_reset="earliest",
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+        web_enabled=False,
+        producer_acks=-1,
+    )
+    events_topic = app.topic(records.CLUSTER_EVENTS, key_serializer="raw", value_serializer="raw")
+    decisions_topic = app.topic(records.DECISIONS, key_serializer="raw", value_serializer="raw")
+    dead_topic = app.topic(records.DEAD_LETTER, key_serializer="raw", value_serializer="raw")
+    workers: dict[int, PartitionWorker] = {}
+    # The agent and the assignment hook may both open a partition first: only one may.
+    opening = asyncio.Lock()
+
+    async def emit(decisions: Sequence[DecisionRecord]) -> None:
+        futures = [
+            await decisions_topic.send(key=d["cluster"].encode(), value=records.encode(d)) for d in decisions
+        ]
+        for fut in futures:
+            await fut  # acknowledged by the broker before the store moves on
+
+    async def dead_letter(k: bytes | None, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+        fut = await dead_topic.send(key=k, value=value, headers=headers)
+        await fut
+        log.warning(
+            "dead-lettered %s: %s",
+            dict(headers).get("origin-offset", b"?").decode(),
+            dict(headers)["error"].decode(),
+        )
+
+    async def open_partition(partition: int) -> PartitionWorker:
+        async with opening:
+            existing = workers.get(partition)
+            if existing is not None:
+                return existing
+            return await _open(partition)
+
+    async def _open(partition: int) -> PartitionWorker:
+        visible = last_visible_decisions(
+            [
+                orjson.loads(m.value)
+                async for m in topics.read_all(
+                    bootstrap, records.DECISIONS, read_committed=guarantee == "exactly_once"
+                )
+            ]
+        )
+        worker = PartitionWorker.open(
+            partition=partition,
+            path=store_dir / f"cluster-events-{partition}",
+            config=config,
+            key=key,
+            emit=emit,
+            dead_letter=dead_letter,
+            visible=visible,
+        )
+        workers[partition] = worker
+        log.info(
+            "partition %d: resuming at offset %d (%d clusters restored)",
+            partition,
+            worker.resume_offset,
+            len(worker.controllers),
+        )
+        return worker
+
+    @app.agent(events_topic)
+    async def fold(stream: Any) -> None:
+        async for event in stream.events():
+            msg = event.message
+            worker = await open_partition(msg.partition)
+            await worker.process(msg.offset, msg.key, msg.value)
+
+    @app.on_partitions_assigned.connect
+    async def on_assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+        assigned: set[Any] = kwargs.get("assigned") or (args[0] if args else set())
+        for tp in sorted(assigned):
+            if tp.topic != records.CLUSTER_EVENTS:
+                continue
+            worker = await open_partition(tp.partition)
+            await app.consumer.seek(tp, worker.resume_offset)
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+        revoked: set[Any] = kwargs.get("revoked") or (args[0] if args else set())
+        for tp in revoked:
+            if tp.topic == records.CLUSTER_EVENTS and tp.partition in workers:
+                workers.pop(tp.partition).close()
+
+    return app
+
+
+def cmd(args: argparse.Namespace) -> int:
+    bootstrap = broker_mod.parse_broker_url(args.broker)
+    config = config_mod.Config() if not args.config else _load_config(Path(args.config))
+    key = Path(args.hmac_key_file).read_bytes().strip() if args.hmac_key_file else None
+    app = build_app(
+        bootstrap=bootstrap,
+        store_dir=Path(args.store_dir),
+        config=config,
+        key=key,
+        guarantee=args.processing_guarantee,
+    )
+    worker = faust.Worker(app, loglevel=args.log_level, quiet=True)
+    worker.execute_from_commandline()
+    return 0
+
+
+def _load_config(path: Path) -> config_mod.Config:
+    import yaml
+
+    try:
+        return config_mod.parse(yaml.safe_load(path.read_text()))
+    except (OSError, yaml.YAMLError, InvalidConfig) as exc:
+        raise UsageError(f"{path}: {exc}") from exc
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "worker",
+        help="fold cluster-events and emit decisions (faust app)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  preemptctl worker --broker kafka://127.0.0.1:9092 --store-dir /var/lib/preemptctl",
+    )
+    p.add_argument("--broker", required=True, help="kafka://host:port")
+    p.add_argument(
+        "--store-dir", default="./preemptctl-state", help="local rocksdict state (default ./preemptctl-state)"
+    )
+    p.add_argument("--config", help="engine config YAML (conformance/FORMAT.md config keys)")
+    p.add_argument("--hmac-key-file", help="sign decision records with this key")
+    p.add_argument(
+        "--processing-guarantee", choices=("at_least_once", "exactly_once"), default="at_least_once"
+    )
+    p.add_argument("--log-level", default="warning")
+    p.set_defaults(func=cmd)
