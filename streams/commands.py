@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from streams import bench_engine, worker_app
+from streams import bench_engine, replay_cmd, run, worker_app
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -12,3 +12,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     kinds = bench.add_subparsers(dest="bench", metavar="KIND")
     bench_engine.register(kinds)
     worker_app.register(sub)
+    run.register(sub)
+    replay_cmd.register(sub)

@@ -128,7 +128,7 @@ def build_app(
             await worker.process(msg.offset, msg.key, msg.value)
 
     @app.on_partitions_assigned.connect
-    async def on_assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+    async def on_assigned(sender: Any, /, *args: Any, signal: Any = None, **kwargs: Any) -> None:
         assigned: set[Any] = kwargs.get("assigned") or (args[0] if args else set())
         for tp in sorted(assigned):
             if tp.topic != records.CLUSTER_EVENTS:
@@ -137,7 +137,7 @@ def build_app(
             await app.consumer.seek(tp, worker.resume_offset)
 
     @app.on_partitions_revoked.connect
-    async def on_revoked(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+    async def on_revoked(sender: Any, /, *args: Any, signal: Any = None, **kwargs: Any) -> None:
         revoked: set[Any] = kwargs.get("revoked") or (args[0] if args else set())
         for tp in revoked:
             if tp.topic == records.CLUSTER_EVENTS and tp.partition in workers:
