@@ -18,6 +18,8 @@ import atexit
 import contextlib
 import dataclasses
 import importlib.util
+import os
+import re
 import socket
 import struct
 import subprocess
@@ -29,6 +31,7 @@ from types import TracebackType
 from typing import IO, Self
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 
 CLUSTER_EVENTS = "preemption.cluster-events"
 DECISIONS = "preemption.decisions"
@@ -121,20 +124,23 @@ async def ensure_topics(bootstrap: str, topics: Iterable[TopicSpec] = TOPICS) ->
     """
     wanted = list(topics)
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=ADMIN_REQUEST_TIMEOUT_MS)
-    await admin.start()
     try:
-        existing = set(await admin.list_topics())
-        missing = [t for t in wanted if t.name not in existing]
-        if not missing:
-            return []
-        response = await admin.create_topics(
-            [
-                NewTopic(t.name, t.partitions, t.replication_factor, topic_configs=dict(t.configs))
-                for t in missing
-            ]
-        )
-    finally:
-        await admin.close()
+        await admin.start()
+        try:
+            existing = set(await admin.list_topics())
+            missing = [t for t in wanted if t.name not in existing]
+            if not missing:
+                return []
+            response = await admin.create_topics(
+                [
+                    NewTopic(t.name, t.partitions, t.replication_factor, topic_configs=dict(t.configs))
+                    for t in missing
+                ]
+            )
+        finally:
+            await admin.close()
+    except KafkaError as e:
+        raise BrokerUnavailable(f"cannot create topics on {bootstrap}: {e}") from e
     created = []
     # aiokafka returns per-topic errors in the response instead of raising them.
     for topic, code, *message in response.topic_errors:
@@ -157,8 +163,11 @@ PROBE_TIMEOUT_S = 1.0
 # If the chosen port was taken between picking and binding (another process, a
 # parallel test run), the broker exits at once; start again on fresh ports.
 START_ATTEMPTS = 3
-# How many trailing lines of the broker's log an error message quotes.
-_LOG_TAIL_LINES = 1
+# Error messages quote one log line; a JVM line can carry a whole config dump.
+_SUMMARY_MAX_CHARS = 300
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+_EXCEPTION_LINE = re.compile(r"(Exception|Error): ")
+_ERROR_LINE = re.compile(r"\b(ERROR|FATAL)\b")
 
 # Metadata request v1 with an empty topic list: "which brokers are there", answered
 # only once the broker serves the Kafka protocol. Hand-encoded so the probe works
@@ -222,13 +231,24 @@ def stop_process(process: subprocess.Popen[bytes], *, timeout: float) -> None:
             process.wait()
 
 
-def log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
-    """The last non-empty lines of a broker log, for one-line error messages."""
+def log_summary(path: Path) -> str:
+    """The most telling line of a broker log, for one-line error messages.
+
+    The first exception with its message (the root cause in a JVM log, the `Error:`
+    line of tansu), else the first ERROR/FATAL line, else the last line.
+    """
     try:
-        text = path.read_text(errors="replace")
+        text = _ANSI_ESCAPE.sub("", path.read_text(errors="replace"))
     except OSError:
-        return ""
-    return " | ".join([line.strip() for line in text.splitlines() if line.strip()][-lines:])
+        return "(no log)"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for pattern in (_EXCEPTION_LINE, _ERROR_LINE):
+        found = next((line for line in lines if pattern.search(line)), None)
+        if found is not None:
+            break
+    else:
+        found = lines[-1] if lines else "(empty log)"
+    return found[:_SUMMARY_MAX_CHARS]
 
 
 class BrokerProcess:
@@ -317,7 +337,7 @@ class BrokerProcess:
                     raise BrokerUnavailable(
                         f"{self.name} did not become ready "
                         f"{'(it exited)' if exited else f'within {self.ready_timeout_s:g} s'}: "
-                        f"{log_tail(self.log_path)} (log: {self.log_path})"
+                        f"{log_summary(self.log_path)} (log: {self.log_path})"
                     )
         except BaseException:
             # Also on Ctrl-C while waiting: a half-started broker must not linger.
@@ -358,7 +378,13 @@ class BrokerProcess:
 
     async def __aenter__(self) -> Self:
         # Start in a thread: a JVM takes seconds to boot and the event loop must keep running.
-        return await asyncio.to_thread(self.start)
+        starting = asyncio.ensure_future(asyncio.to_thread(self.start))
+        try:
+            return await asyncio.shield(starting)
+        except BaseException:
+            # Cancelled mid-start: the thread cannot be interrupted, so stop what it starts.
+            starting.add_done_callback(lambda _: self.stop())
+            raise
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -437,4 +463,5 @@ class EmbeddedBroker(BrokerProcess):
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, "NO_COLOR": "1"},  # plain text in the log file, not ANSI colours
         )

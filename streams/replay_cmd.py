@@ -77,6 +77,8 @@ def cmd(args: argparse.Namespace) -> int:
     bad: list[str] = []
     events = logio.read_events(args.log, on_bad=bad.append)
     if args.simulate:
+        if len({e.get("cluster") or "default" for e in events}) > 1:
+            raise UsageError("--simulate plays one cluster: split a multi-cluster trace by cluster")
         result = replay.simulate(events, config, key=key)
         if args.log_out:
             traces.write(Path(args.log_out), result.log)

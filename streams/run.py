@@ -123,6 +123,7 @@ class Run:
         return [self.received[i] for i in ids]
 
     async def play(self, *, until_idle: bool, decisions_out: Path | None) -> None:
+        await broker_mod.ensure_topics(self.bootstrap)
         producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=2)
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
         await producer.start()
@@ -223,6 +224,8 @@ def cmd(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     key = load_key(args.hmac_key_file)
     trace = traces.read(Path(args.trace)) if args.trace else traces.example()
+    if len({e.get("cluster") or "default" for e in trace}) > 1:
+        raise UsageError("the simulated cluster plays one cluster: split a multi-cluster trace by cluster")
     if args.kubeconfig:
         raise UsageError(
             "--kubeconfig: run with a real cluster means `preemptctl source|worker|actuator` (see README)"

@@ -49,6 +49,10 @@ def _rv(obj: Mapping[str, Any]) -> int:
 
 class Simulator:
     def __init__(self, trace: Sequence[Mapping[str, Any]]) -> None:
+        names = {str(e.get("cluster") or "default") for e in trace}
+        if len(names) > 1:
+            raise ValueError(f"a simulated trace holds one cluster, this one has {len(names)}")
+        self.cluster = names.pop() if names else "default"
         self._queue: list[tuple[int, int, int, dict[str, Any]]] = []
         self._n = 0
         self._rv = max((_rv(e.get("object") or {}) for e in trace), default=0)
@@ -79,7 +83,7 @@ class Simulator:
                     tick_at = self._last_tick + (gap_ticks - 1) * TICK_SECONDS * timeutil.SECOND
                 self._last_tick = tick_at
                 self._now = tick_at
-                yield {"ts": timeutil.render(tick_at), "type": "TICK"}
+                yield {"ts": timeutil.render(tick_at), "type": "TICK", "cluster": self.cluster}
                 continue
             heapq.heappop(self._queue)
             self._now = ts
@@ -116,7 +120,7 @@ class Simulator:
             self.raw[record.uid] = copy.deepcopy(dict(obj))
 
     def _emit(self, kind: str, obj: dict[str, Any], *, at: int, origin: int) -> None:
-        event = {"ts": timeutil.render(at), "type": kind, "object": obj}
+        event = {"ts": timeutil.render(at), "type": kind, "object": obj, "cluster": self.cluster}
         if origin == IMMEDIATE:
             self._observe(event)
             self._push(at, origin, event, applied=True)

@@ -125,6 +125,20 @@ def build_app(
         async for event in stream.events():
             msg = event.message
             worker = await open_partition(msg.partition)
+            if msg.offset > worker.resume_offset:
+                # Input is ahead of the state (the group's committed offset is past the
+                # store, e.g. the store was lost): replay the gap from the log first.
+                log.warning(
+                    "partition %d: input at %d but state ends at %d: replaying the gap from the log",
+                    msg.partition,
+                    msg.offset,
+                    worker.position,
+                )
+                async for gap in topics.read_range(
+                    bootstrap, records.CLUSTER_EVENTS, msg.partition, worker.resume_offset, msg.offset
+                ):
+                    await worker.process(gap.offset, gap.key, gap.value)
+                worker.position = max(worker.position, msg.offset - 1)  # offsets the log no longer has
             await worker.process(msg.offset, msg.key, msg.value)
 
     @app.on_partitions_assigned.connect
@@ -133,8 +147,7 @@ def build_app(
         for tp in sorted(assigned):
             if tp.topic != records.CLUSTER_EVENTS:
                 continue
-            worker = await open_partition(tp.partition)
-            await app.consumer.seek(tp, worker.resume_offset)
+            await open_partition(tp.partition)
 
     @app.on_partitions_revoked.connect
     async def on_revoked(sender: Any, /, *args: Any, signal: Any = None, **kwargs: Any) -> None:
@@ -156,6 +169,7 @@ def cmd(args: argparse.Namespace) -> int:
         config=config,
         key=key,
         guarantee=args.processing_guarantee,
+        app_id=args.group,
     )
     worker = faust.Worker(app, loglevel=args.log_level, quiet=True)
     worker.execute_from_commandline()
@@ -188,5 +202,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--processing-guarantee", choices=("at_least_once", "exactly_once"), default="at_least_once"
     )
+    p.add_argument("--group", default="preemptctl-worker", help="consumer group / faust app id")
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=cmd)

@@ -1,0 +1,227 @@
+"""The pipeline end to end on real brokers: the embedded tansu and Apache Kafka.
+
+Each scenario computes the expected decision log offline (replay --simulate,
+the deterministic reference) and requires the worker, through the broker, to
+produce exactly that log: byte-identical records, no decision lost or doubled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from engine.config import Config
+from streams import replay, traces
+from streams.run import Run, start_worker, stop_worker
+from tests.integration import pipeline
+
+
+def _cluster() -> str:
+    return f"c-{uuid.uuid4().hex[:8]}"
+
+
+def _expected(trace: list[dict[str, Any]], cluster: str) -> replay.Result:
+    return replay.simulate(pipeline.with_cluster(trace, cluster), Config())
+
+
+def test_examples_1_to_4_through_run(broker: str, tmp_path: Path) -> None:
+    """`preemptctl run`'s loop on each broker: the seed's four stories, byte-identical to replay --simulate."""
+    cluster = _cluster()
+    trace = pipeline.with_cluster(traces.example(), cluster)
+    asyncio.run(pipeline.produce(broker, cluster, []))  # creates the topics before the worker subscribes
+    worker = start_worker(f"kafka://{broker}", tmp_path, None, None)
+    try:
+        run = Run(bootstrap=broker, trace=trace, config=Config(), key=None)
+        asyncio.run(run.play(until_idle=True, decisions_out=tmp_path / "d.jsonl"))
+    finally:
+        stop_worker(worker)
+    want = _expected(traces.example(), cluster).decisions
+    assert (tmp_path / "d.jsonl").read_bytes() == b"".join(orjson.dumps(d) + b"\n" for d in want)
+    story = [
+        (
+            d["preemptor"],
+            d["outcome"],
+            d.get("node"),
+            sorted((v["name"], bool(v.get("terminating"))) for v in d["victims"]),
+        )
+        for d in run.decisions
+    ]
+    assert story == [
+        ("default/ex1-c", "preempt", "ex1-node", [("ex1-a", False), ("ex1-b", False)]),
+        ("default/ex1-d", "unschedulable", None, []),  # C's nomination holds the room (Example 1)
+        ("default/ex2-c", "preempt", "ex2-node", [("ex2-a", False), ("ex2-b", False)]),
+        (
+            "default/ex2-e",
+            "preempt",
+            "ex2-node",
+            [("ex2-a", True), ("ex2-b", True)],
+        ),  # takes over (Example 2)
+        ("default/ex2-c", "unschedulable", None, []),
+        (
+            "default/ex3-c",
+            "preempt",
+            "ex3-node-1",
+            [("ex3-a", False), ("ex3-b", False)],
+        ),  # D fits elsewhere (Example 3)
+        ("default/ex4-c", "preempt", "ex4-node", [("ex4-a", False), ("ex4-b", False)]),
+        ("default/ex4-f", "unschedulable", None, []),  # a lower priority cannot take over (Example 4)
+    ]
+
+
+def test_basic_200_nodes_one_decision_per_preemptor(tansu_broker: str, tmp_path: Path) -> None:
+    cluster = _cluster()
+    expected = _expected(traces.basic(200), cluster)
+    asyncio.run(pipeline.produce(tansu_broker, cluster, expected.log, per_record=100))
+    worker = pipeline.start_worker(tansu_broker, tmp_path / "store", f"g-{cluster}")
+    try:
+        got = asyncio.run(pipeline.wait_for_decisions(tansu_broker, cluster, len(expected.decisions)))
+    finally:
+        pipeline.stop(worker)
+    assert got == expected.decisions
+    preempts = [d for d in got if d["outcome"] == "preempt"]
+    assert len(preempts) == 200 == len({d["preemptor"] for d in preempts})
+    assert len({d["node"] for d in preempts}) == 200
+    victims = [v["uid"] for d in preempts for v in d["victims"]]
+    assert len(victims) == 600 == len(set(victims))
+    assert all(len(d["victims"]) == 3 and {v["node"] for v in d["victims"]} == {d["node"]} for d in preempts)
+
+
+def test_replay_of_the_topic_reproduces_the_decisions(tansu_broker: str, tmp_path: Path) -> None:
+    cluster = _cluster()
+    expected = _expected(traces.example(), cluster)
+    asyncio.run(pipeline.produce(tansu_broker, cluster, expected.log, per_record=7))
+    worker = pipeline.start_worker(tansu_broker, tmp_path / "store", f"g-{cluster}")
+    try:
+        got = asyncio.run(pipeline.wait_for_decisions(tansu_broker, cluster, len(expected.decisions)))
+    finally:
+        pipeline.stop(worker)
+    from streams import logio
+
+    log = [
+        e
+        for e in logio.read_events(f"kafka://{tansu_broker}/preemption.cluster-events")
+        if e["cluster"] == cluster
+    ]
+    assert replay.fold(log, Config()).decisions == got == expected.decisions
+
+
+def test_duplicate_delivery_changes_nothing(tansu_broker: str, tmp_path: Path) -> None:
+    cluster = _cluster()
+    expected = _expected(traces.basic(30), cluster)
+    rnd = random.Random(7)
+    noisy: list[dict[str, Any]] = []
+    for e in expected.log:
+        noisy.append(e)
+        if "object" in e and rnd.random() < 0.10:
+            noisy.append(e)  # the same watch event delivered twice
+    asyncio.run(pipeline.produce(tansu_broker, cluster, noisy, per_record=5))
+    worker = pipeline.start_worker(tansu_broker, tmp_path / "store", f"g-{cluster}")
+    try:
+        got = asyncio.run(pipeline.wait_for_decisions(tansu_broker, cluster, len(expected.decisions)))
+    finally:
+        pipeline.stop(worker)
+    # Sequence numbers count events, so duplicates shift ids; the decisions themselves are unchanged.
+    strip = ("id", "seq", "prevHash", "hash")
+    assert [{k: v for k, v in d.items() if k not in strip} for d in got] == [
+        {k: v for k, v in d.items() if k not in strip} for d in expected.decisions
+    ]
+
+
+def _kill_mid_trace(
+    bootstrap: str,
+    tmp_path: Path,
+    *,
+    lose_store: bool,
+    guarantee: str = "at_least_once",
+    read_committed: bool = False,
+) -> tuple[list[dict[str, Any]], replay.Result]:
+    """Half the log in, SIGKILL the worker as soon as decisions flow, the rest in, restart."""
+    cluster = _cluster()
+    expected = _expected(traces.basic(80), cluster)
+    half = len(expected.log) // 2
+    asyncio.run(pipeline.produce(bootstrap, cluster, expected.log[:half], per_record=2))
+    store = tmp_path / "store"
+    group = f"g-{cluster}"
+    worker = pipeline.start_worker(bootstrap, store, group, guarantee=guarantee)
+    try:
+        partial = asyncio.run(
+            pipeline.wait_for_decisions(bootstrap, cluster, 1, settle=False, read_committed=read_committed)
+        )
+        pipeline.stop(worker, kill=True)
+        assert 0 < len(partial) < len(expected.decisions)
+        if lose_store:
+            shutil.rmtree(store)
+        asyncio.run(pipeline.produce(bootstrap, cluster, expected.log[half:], per_record=2))
+        worker = pipeline.start_worker(bootstrap, store, group, guarantee=guarantee)
+        got = asyncio.run(
+            pipeline.wait_for_decisions(
+                bootstrap, cluster, len(expected.decisions), read_committed=read_committed
+            )
+        )
+    finally:
+        pipeline.stop(worker)
+    return got, expected
+
+
+@pytest.mark.parametrize("lose_store", [False, True], ids=["sigkill", "sigkill-and-lost-store"])
+def test_worker_killed_mid_trace_loses_and_doubles_nothing(
+    tansu_broker: str, tmp_path: Path, lose_store: bool
+) -> None:
+    got, expected = _kill_mid_trace(tansu_broker, tmp_path, lose_store=lose_store)
+    assert [d["id"] for d in got] == [d["id"] for d in expected.decisions]
+    assert got == expected.decisions
+
+
+def test_poison_input_goes_to_dead_letter_and_the_flow_continues(tansu_broker: str, tmp_path: Path) -> None:
+    cluster = _cluster()
+    expected = _expected(traces.example(), cluster)
+    garbage = b"\xff\x00 not json"
+    unknown = orjson.dumps(
+        {"v": 1, "cluster": cluster, "events": [{"ts": "2026-01-01T00:00:00Z", "type": "EXPLODED"}]}
+    )
+    no_meta = orjson.dumps(
+        {
+            "v": 1,
+            "cluster": cluster,
+            "events": [
+                {"ts": "2026-01-01T00:00:00Z", "type": "ADDED", "object": {"kind": "Pod", "spec": {}}}
+            ],
+        }
+    )
+    asyncio.run(pipeline.produce(tansu_broker, cluster, [], raw=[garbage, unknown]))
+    asyncio.run(pipeline.produce(tansu_broker, cluster, expected.log, per_record=10))
+    worker = pipeline.start_worker(tansu_broker, tmp_path / "store", f"g-{cluster}")
+    try:
+        asyncio.run(pipeline.produce(tansu_broker, cluster, [], raw=[no_meta]))
+        got = asyncio.run(pipeline.wait_for_decisions(tansu_broker, cluster, len(expected.decisions)))
+        dead = asyncio.run(pipeline.dead_letters(tansu_broker, cluster))
+    finally:
+        pipeline.stop(worker)
+    strip = ("id", "seq", "prevHash", "hash")
+    assert [{k: v for k, v in d.items() if k not in strip} for d in got] == [
+        {k: v for k, v in d.items() if k not in strip} for d in expected.decisions
+    ]
+    assert [value for value, _ in dead][:2] == [garbage, unknown]
+    assert len(dead) == 3
+    for _, headers in dead:
+        assert headers["origin-topic"] == b"preemption.cluster-events"
+        assert headers["origin-partition"] == b"0" and headers["origin-offset"].isdigit()
+        assert headers["error-class"] and headers["error"]
+    assert b"without metadata.name" in dead[2][1]["error"]
+
+
+def test_exactly_once_on_kafka_hides_duplicates_from_read_committed(
+    kafka_broker: str, tmp_path: Path
+) -> None:
+    got, expected = _kill_mid_trace(
+        kafka_broker, tmp_path, lose_store=False, guarantee="exactly_once", read_committed=True
+    )
+    assert [d["id"] for d in got] == [d["id"] for d in expected.decisions]
+    assert got == expected.decisions
