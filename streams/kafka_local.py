@@ -183,7 +183,12 @@ def pom_kafka_version(pom: Path = POM) -> str:
 
 def new_cluster_id() -> str:
     """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (22 chars)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    while True:
+        # A leading "-" would be read as an option by kafka-storage (Kafka's own
+        # Uuid.randomUuid avoids it the same way).
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
 
 
 class LocalKafka(broker.BrokerProcess):

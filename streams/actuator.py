@@ -1,0 +1,598 @@
+"""The actuator: consume decisions, act on their victims, write one outcome per (decision, victim).
+
+This module owns a decision record's path through the actuator:
+1. Decode and verify. Malformed records, records whose hash does not match
+   their content, and, when an HMAC key is configured, unsigned or forged ones
+   go to preemption.dead-letter unchanged, with their origin and the reason.
+2. Decisions of other clusters are skipped; only `preempt` decisions act.
+3. The preemptor is nominated, then each victim is acted on (streams.eviction
+   holds every Kubernetes edge case) and exactly one outcome per (decision id,
+   victim uid) is written to preemption.evictions, keyed by victim uid. The
+   ledger (streams.ledger) plus the evictions topic read back at start make
+   "exactly one" hold across redeliveries, rebalances and restarts.
+4. The decision's offset is committed only once all its outcomes are written,
+   so a crash at any point redelivers the decision and the ledger skips what
+   was done.
+Only the Lease holder writes to the cluster (streams.lease); a dry-run
+actuator writes nothing real, takes no Lease, and keeps its own consumer group
+and its own outcomes (marked dryRun) apart from the real actuator's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+from prometheus_client import Counter
+
+from schemas import VERSION, chain, records
+from schemas.records import DEAD_LETTER, DECISIONS, EVICTIONS, DecisionRecord, EvictionRecord, VictimRecord
+from streams import component, eviction, health, kube, lease, source
+from streams.errors import UsageError
+from streams.ledger import Ledger, nomination_subject
+from streams.sink import KafkaSink, RecordSink
+
+log = logging.getLogger(__name__)
+
+ACTIONS = ("delete", "evict", "label")
+# How long one poll waits for decisions before checking the Lease and the stop flag.
+POLL_TIMEOUT_MS = 500
+# Decisions handled per poll; each may take seconds (PDB retries), and the group
+# must hear from us within max.poll.interval.ms, so take few at a time.
+MAX_POLL_RECORDS = 10
+# aiokafka's default; the embedded tansu makes a group join wait about half of it
+# (DESIGN §11), so tests pass a shorter one.
+SESSION_TIMEOUT_MS = 10_000
+# Reading the evictions topic back at start gives up waiting for records that
+# the broker reported but never delivered after this long (a broker fault).
+READ_BACK_TIMEOUT_S = 60.0
+READ_BACK_POLL_MS = 200
+# One last poll past the reported end offsets: the embedded tansu reports a
+# partition's end short by its last record batch (DESIGN §11), and an outcome
+# missed there would be written a second time.
+READ_BACK_TAIL_MS = 300
+
+# What the actuator does with the API, for the chart's RBAC (a test keeps them equal).
+REQUIRED_RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("", "pods", ("get", "delete", "patch")),
+    ("", "pods/eviction", ("create",)),
+    ("", "pods/status", ("patch",)),
+    ("", "events", ("create",)),
+)
+# Namespaced to the release: the Lease lives beside the actuator.
+REQUIRED_LEASE_RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("coordination.k8s.io", "leases", ("get", "create", "update")),
+)
+
+DECISIONS_SEEN = Counter(
+    "preemptctl_actuator_decisions_total", "Decision records handled, by outcome.", ["outcome"]
+)
+OUTCOMES = Counter(
+    "preemptctl_actuator_outcomes_total", "Outcomes written, by action and result.", ["action", "result"]
+)
+DUPLICATES = Counter(
+    "preemptctl_actuator_duplicates_total", "Victims skipped because their outcome was already written."
+)
+DEAD_LETTERS = Counter(
+    "preemptctl_actuator_dead_letters_total",
+    "Decision records refused to the dead-letter topic.",
+    ["error_class"],
+)
+NOMINATIONS = Counter(
+    "preemptctl_actuator_nominations_total", "Preemptor nominations, by result.", ["result"]
+)
+OTHER_CLUSTERS = Counter("preemptctl_actuator_other_cluster_total", "Decisions for other clusters, skipped.")
+
+
+# ---- refusing input -----------------------------------------------------------------
+
+
+class Refused(Exception):
+    """A decision record the actuator will not act on; it goes to the dead-letter topic."""
+
+
+class MalformedDecision(Refused):
+    """Not a decision record of a known version and shape."""
+
+
+class TamperedDecision(Refused):
+    """The record's hash does not match its content: it was changed after it was sealed."""
+
+
+class UnsignedDecision(Refused):
+    """No signature while an HMAC key is configured."""
+
+
+class ForgedDecision(Refused):
+    """A signature that does not verify with the configured HMAC key."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise MalformedDecision(message)
+
+
+def verify(value: bytes, *, hmac_key: bytes | None) -> DecisionRecord:
+    """Parse and check one decision record; a Refused subclass says why it is refused."""
+    try:
+        record = records.decode(value)
+    except records.DecodeError as exc:
+        raise MalformedDecision(str(exc)) from exc
+    _require(isinstance(record, dict), "record is not a JSON object")
+    _require(record.get("v") == VERSION, f"unsupported envelope version {record.get('v')!r}")
+    for name in ("id", "cluster", "outcome", "preemptor", "prevHash", "hash"):
+        _require(isinstance(record.get(name), str), f"{name} must be a string")
+    victims = record.get("victims")
+    _require(isinstance(victims, list), "victims must be a list")
+    for i, victim in enumerate(victims):
+        _require(isinstance(victim, dict), f"victims[{i}] is not an object")
+        for name in ("uid", "namespace", "name"):
+            _require(isinstance(victim.get(name), str) and bool(victim[name]), f"victims[{i}].{name} missing")
+        _require(victim.get("action") in ACTIONS, f"victims[{i}]: unknown action {victim.get('action')!r}")
+    if chain.digest(record["prevHash"], record) != record["hash"]:
+        raise TamperedDecision("hash does not match the record's content")
+    if hmac_key is not None:
+        if not isinstance(record.get("sig"), str):
+            raise UnsignedDecision("no signature, and an HMAC key is configured")
+        if not chain.verify_signature(hmac_key, record):
+            raise ForgedDecision("signature does not verify with the configured key")
+    return cast(DecisionRecord, record)
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The topics the actuator reads and writes (tests use fresh names on a shared broker)."""
+
+    decisions: str = DECISIONS
+    evictions: str = EVICTIONS
+    dead_letter: str = DEAD_LETTER
+
+
+@dataclass(frozen=True)
+class Origin:
+    topic: str
+    partition: int
+    offset: int
+
+
+# ---- the actuator -------------------------------------------------------------------
+
+
+class Actuator:
+    """Handles decision records one at a time; the Kafka loop around it is `consume`."""
+
+    def __init__(
+        self,
+        actions: eviction.Actions,
+        sink: RecordSink,
+        ledger: Ledger,
+        *,
+        cluster: str = source.DEFAULT_CLUSTER,
+        hmac_key: bytes | None = None,
+        elector: lease.LeaseElector | None = None,
+        topics: Topics = Topics(),
+    ) -> None:
+        self.topics = topics
+        self._actions = actions
+        self._sink = sink
+        self._ledger = ledger
+        self._cluster = cluster
+        self._hmac_key = hmac_key
+        self._elector = elector
+
+    @property
+    def dry_run(self) -> bool:
+        return self._actions.dry_run
+
+    # ---- recovery ------------------------------------------------------------------
+
+    def recover(self, values: Iterable[bytes | None]) -> int:
+        """Mark every outcome found in the evictions topic as recorded; return how many were ours."""
+        count = 0
+        for value in values:
+            try:
+                outcome = records.decode(value or b"")
+                key = (str(outcome["decisionId"]), str(outcome["victim"]["uid"]))
+                cluster, dry = outcome.get("cluster"), bool(outcome.get("dryRun"))
+            except (records.DecodeError, KeyError, TypeError):
+                continue  # not an outcome we could have written
+            # A dry run's outcomes never stand in for real ones, nor the other way round.
+            if cluster == self._cluster and dry == self.dry_run:
+                self._ledger.note_recorded(key)
+                count += 1
+        return count
+
+    # ---- one decision --------------------------------------------------------------
+
+    async def handle(self, value: bytes, *, key: bytes | None, origin: Origin) -> list[EvictionRecord]:
+        """Act on one decision record; returns the outcomes written (none for a duplicate)."""
+        try:
+            decision = verify(value, hmac_key=self._hmac_key)
+        except Refused as exc:
+            await self._dead_letter(value, key, origin, exc)
+            return []
+        if decision["cluster"] != self._cluster:
+            OTHER_CLUSTERS.inc()
+            return []
+        DECISIONS_SEEN.labels(decision["outcome"]).inc()
+        if decision["outcome"] != "preempt" or not decision["victims"]:
+            return []
+        if all(self._ledger.recorded((decision["id"], v["uid"])) for v in decision["victims"]):
+            DUPLICATES.inc(len(decision["victims"]))  # a redelivery: no API call at all
+            return []
+        context = _context(decision)
+        stop = await self._nominate(decision)
+        written = []
+        for victim in decision["victims"]:
+            ledger_key = (decision["id"], victim["uid"])
+            if self._ledger.recorded(ledger_key):
+                DUPLICATES.inc()
+                continue
+            if stop is not None:
+                outcome = eviction.Outcome("error", 0, f"{stop}: no victim was touched")
+            else:
+                outcome = await self._actions.act(
+                    victim,
+                    context,
+                    resumed=self._ledger.pending(ledger_key),
+                    before_write=functools.partial(self._ledger.mark_pending, ledger_key),
+                )
+                await self._actions.post_event(victim, context, outcome)
+            record = self._outcome_record(decision, victim, outcome)
+            if self._elector is not None:
+                # After losing the Lease, the successor (which read the evictions topic when it
+                # took over) writes this victim's one outcome; writing ours too could make two.
+                self._elector.check()
+            await self._sink.send(self.topics.evictions, records.encode(record), key=victim["uid"].encode())
+            self._ledger.mark_recorded(ledger_key)
+            OUTCOMES.labels(victim["action"], outcome.result).inc()
+            log.info(
+                "%s %s/%s (%s): %s%s",
+                victim["action"],
+                victim["namespace"],
+                victim["name"],
+                decision["id"],
+                outcome.result,
+                f" ({outcome.message})" if outcome.message else "",
+            )
+            written.append(record)
+        return written
+
+    async def _nominate(self, decision: DecisionRecord) -> str | None:
+        """Nominate the preemptor (or each job member); returns why not to act on the victims, if so."""
+        placements = decision.get("placements")
+        if placements:
+            members, uid = sorted(placements.items()), None
+        elif decision.get("node"):
+            members, uid = [(decision["preemptor"], decision.get("node", ""))], decision.get("preemptorUid")
+        else:
+            return None
+        for member, node in members:
+            ledger_key = (decision["id"], nomination_subject(member))
+            if self._ledger.recorded(ledger_key):
+                continue
+            nomination = await self._actions.nominate(member, node, uid=uid)
+            NOMINATIONS.labels(nomination.result).inc()
+            if nomination.result != "done":
+                log.warning("nominating %s to %s: %s", member, node, nomination.message)
+            if not nomination.proceed:
+                # Not recorded: a redelivery checks again, so no victim of this decision is ever touched.
+                return nomination.message
+            if nomination.result != "error":  # an error is retried on redelivery
+                self._ledger.mark_recorded(ledger_key)
+        return None
+
+    def _outcome_record(
+        self, decision: DecisionRecord, victim: VictimRecord, outcome: eviction.Outcome
+    ) -> EvictionRecord:
+        record: EvictionRecord = {
+            "v": VERSION,
+            "decisionId": decision["id"],
+            "cluster": decision["cluster"],
+            "victim": victim,
+            "action": victim["action"],
+            "result": outcome.result,
+            "attempts": outcome.attempts,
+            "ts": kube.rfc3339(kube.now()),
+        }
+        if self.dry_run:
+            record["dryRun"] = True
+        if outcome.message:
+            record["message"] = outcome.message
+        return record
+
+    async def _dead_letter(self, value: bytes, key: bytes | None, origin: Origin, exc: Refused) -> None:
+        error_class = type(exc).__name__
+        DEAD_LETTERS.labels(error_class).inc()
+        log.warning(
+            "refused %s[%d]@%d: %s: %s", origin.topic, origin.partition, origin.offset, error_class, exc
+        )
+        headers = [
+            ("origin-topic", origin.topic.encode()),
+            ("origin-partition", str(origin.partition).encode()),
+            ("origin-offset", str(origin.offset).encode()),
+            ("error-class", error_class.encode()),
+            ("error", str(exc).encode()),
+        ]
+        await self._sink.send(self.topics.dead_letter, value, key=key, headers=headers)
+
+    # ---- the Kafka loop ------------------------------------------------------------
+
+    async def consume(
+        self,
+        bootstrap: str,
+        *,
+        group_id: str,
+        stopping: asyncio.Event,
+        session_timeout_ms: int = SESSION_TIMEOUT_MS,
+    ) -> None:
+        """Consume decisions until `stopping` is set; only while leader when a Lease is configured.
+
+        On taking the Lease over, the evictions topic is read back first: the previous
+        leader may have written outcomes of decisions it had not committed yet.
+        """
+        backoff = kube.Backoff()
+        recovered = self._elector is None  # without a Lease, the read-back at start is current
+        while not stopping.is_set():
+            if self._elector is not None and not self._elector.is_leader():
+                recovered = False
+                if not await _first(self._elector.wait_leader(), stopping.wait()):
+                    return
+                continue
+            try:
+                if not recovered:
+                    count = await read_back(bootstrap, self)
+                    log.info("leading: %d outcomes read back from %s", count, self.topics.evictions)
+                    recovered = True
+                await self._consume_once(
+                    bootstrap, group_id=group_id, stopping=stopping, session_timeout_ms=session_timeout_ms
+                )
+                backoff.reset()
+            except lease.NotLeader as exc:
+                log.warning("%s; pausing until the Lease is held again", exc)
+            except (KafkaError, OSError, TimeoutError) as exc:
+                delay = backoff.delay()
+                log.warning("consuming decisions failed (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _consume_once(
+        self, bootstrap: str, *, group_id: str, stopping: asyncio.Event, session_timeout_ms: int
+    ) -> None:
+        consumer = AIOKafkaConsumer(
+            self.topics.decisions,
+            bootstrap_servers=bootstrap,
+            group_id=group_id,
+            client_id=f"{group_id}-{self._actions.identity}",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",  # a new group must not skip decisions already in the log
+            isolation_level="read_committed",  # never act on an aborted (transactional) decision
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=max(session_timeout_ms // 3, 100),
+            max_poll_records=MAX_POLL_RECORDS,
+        )
+        try:
+            await consumer.start()
+            await self._poll(consumer, stopping)
+        finally:
+            await consumer.stop()
+
+    async def _poll(self, consumer: AIOKafkaConsumer, stopping: asyncio.Event) -> None:
+        while not stopping.is_set():
+            if self._elector is not None and not self._elector.is_leader():
+                return  # the successor takes over from our last commit
+            batch = await consumer.getmany(timeout_ms=POLL_TIMEOUT_MS)
+            for tp, messages in batch.items():
+                for message in messages:
+                    origin = Origin(tp.topic, tp.partition, message.offset)
+                    # A null value (a tombstone) is malformed input like any other: dead-lettered.
+                    await self.handle(message.value or b"", key=message.key, origin=origin)
+                    await consumer.commit({tp: message.offset + 1})
+
+
+async def _first(wanted: Any, stop: Any) -> bool:
+    """Await `wanted` unless `stop` finishes first; True when `wanted` did."""
+    wanted_task = asyncio.ensure_future(wanted)
+    stop_task = asyncio.ensure_future(stop)
+    try:
+        done, _ = await asyncio.wait({wanted_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (wanted_task, stop_task):
+            task.cancel()
+        await asyncio.gather(wanted_task, stop_task, return_exceptions=True)
+    return wanted_task in done and not wanted_task.cancelled()
+
+
+def _context(decision: DecisionRecord) -> eviction.Context:
+    placements = decision.get("placements") or {}
+    job = decision["preemptor"] if decision.get("flow") == "job" else ""
+    members = decision.get("explanation", {}).get("members") or sorted(placements)
+    return eviction.Context(
+        decision_id=decision["id"],
+        preemptor=decision["preemptor"],
+        node=decision.get("node") or ", ".join(sorted(set(placements.values()))),
+        reason=decision.get("reason", ""),
+        job=job,
+        trigger=str(members[0]) if job and members else "",
+    )
+
+
+async def _partitions(bootstrap: str, topic: str) -> list[int]:
+    """The topic's partition numbers; none when it does not exist (yet)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    return sorted(
+        p["partition"]
+        for t in described
+        if t["topic"] == topic and not t["error_code"]
+        for p in t["partitions"]
+    )
+
+
+async def read_back(bootstrap: str, actuator: Actuator, *, timeout_s: float = READ_BACK_TIMEOUT_S) -> int:
+    """Feed every record of the evictions topic to `actuator.recover`; returns the outcomes recovered.
+
+    Assigns partitions instead of joining a group: nothing is committed, and every
+    actuator reads the whole topic.
+    """
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed"
+    )
+    await consumer.start()
+    try:
+        topic = actuator.topics.evictions
+        partitions = [TopicPartition(topic, p) for p in await _partitions(bootstrap, topic)]
+        if not partitions:
+            return 0
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        recovered = 0
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"reading back {topic} took over {timeout_s:g} s")
+            batch = await consumer.getmany(*partitions, timeout_ms=READ_BACK_POLL_MS)
+            recovered += actuator.recover(m.value for messages in batch.values() for m in messages)
+        batch = await consumer.getmany(*partitions, timeout_ms=READ_BACK_TAIL_MS)
+        recovered += actuator.recover(m.value for messages in batch.values() for m in messages)
+        return recovered
+    finally:
+        await consumer.stop()
+
+
+# ---- command line -------------------------------------------------------------------
+
+ACTUATOR_EXAMPLES = """examples:
+  preemptctl actuator --broker kafka://kafka:9092 --hmac-key-file /etc/preemptctl/hmac.key \\
+      --lease-name preemptctl-actuator --lease-namespace preemptctl --identity "$POD_NAME"
+  preemptctl actuator --broker kafka://kafka:9092 --kubeconfig ~/.kube/config --dry-run
+"""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "actuator",
+        help="act on preemption decisions (evict, delete or label victims)",
+        description="Consume preemption.decisions, nominate each preemptor, act on its victims and "
+        "write one outcome per victim to preemption.evictions.",
+        epilog=ACTUATOR_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--broker", required=True, metavar="URL", help="kafka://host:port[,host:port]")
+    component.add_kubernetes_arguments(parser)
+    parser.add_argument(
+        "--cluster", default=source.DEFAULT_CLUSTER, metavar="NAME", help="act on this cluster's decisions"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="send dryRun=All on every write; change nothing"
+    )
+    parser.add_argument(
+        "--hmac-key-file",
+        metavar="F",
+        help="refuse decisions not signed with this key (to the dead-letter topic)",
+    )
+    parser.add_argument(
+        "--lease-name", metavar="N", help="hold this Lease to act (when several actuators run)"
+    )
+    parser.add_argument("--lease-namespace", metavar="NS", help="namespace of the Lease")
+    parser.add_argument("--identity", metavar="ID", help="this actuator's Lease identity (default: hostname)")
+    parser.add_argument(
+        "--ledger-file",
+        metavar="F",
+        help="JSON-lines ledger kept across restarts (default: none; the evictions topic is read back)",
+    )
+    parser.add_argument(
+        "--group-id", metavar="G", help="consumer group (default preemptctl-actuator-CLUSTER)"
+    )
+    component.add_runtime_arguments(parser)
+    parser.set_defaults(func=cmd_actuator)
+
+
+def cmd_actuator(args: argparse.Namespace) -> int:
+    component.configure_logging(args.log_level)
+    bootstrap = component.bootstrap_of(args.broker)
+    hmac_key = None
+    if args.hmac_key_file:
+        try:
+            hmac_key = Path(args.hmac_key_file).read_bytes().strip()
+        except OSError as exc:
+            raise UsageError(f"cannot read --hmac-key-file: {exc}") from exc
+        if not hmac_key:
+            raise UsageError(f"--hmac-key-file {args.hmac_key_file} is empty")
+    if bool(args.lease_name) != bool(args.lease_namespace):
+        raise UsageError("--lease-name and --lease-namespace go together")
+    asyncio.run(_serve(args, bootstrap, hmac_key))
+    return 0
+
+
+async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | None) -> None:
+    identity = args.identity or os.environ.get("POD_NAME") or socket.gethostname()
+    group_id = args.group_id or f"preemptctl-actuator-{args.cluster}" + ("-dry-run" if args.dry_run else "")
+    api = await component.connect(args)
+    state = health.Health("actuator")
+    try:
+        ledger = Ledger(Path(args.ledger_file) if args.ledger_file else None)
+    except OSError as exc:
+        await api.close()
+        raise UsageError(f"cannot open --ledger-file: {exc}") from exc
+    elector = None
+    if args.lease_name and not args.dry_run:
+        elector = lease.LeaseElector(
+            api, name=args.lease_name, namespace=args.lease_namespace, identity=identity
+        )
+    elif args.lease_name:
+        log.info("dry run: not taking part in leader election (dry-run writes change nothing)")
+    actions = eviction.Actions(
+        api, dry_run=args.dry_run, identity=identity, guard=elector.check if elector else lambda: None
+    )
+    try:
+        async with health.HealthServer(state, host=args.health_host, port=args.health_port):
+            await component.prepare_broker(bootstrap, create_topics=not args.no_create_topics)
+            async with KafkaSink(bootstrap, client_id=f"preemptctl-actuator-{identity}") as sink:
+                actuator = Actuator(
+                    actions, sink, ledger, cluster=args.cluster, hmac_key=hmac_key, elector=elector
+                )
+                await _run(actuator, state, bootstrap, group_id=group_id, elector=elector)
+    finally:
+        ledger.close()
+        await api.close()
+
+
+async def _run(
+    actuator: Actuator,
+    state: health.Health,
+    bootstrap: str,
+    *,
+    group_id: str,
+    elector: lease.LeaseElector | None,
+) -> None:
+    """Recover, become ready, then consume until SIGTERM (holding the Lease meanwhile)."""
+    recovered = await read_back(bootstrap, actuator)
+    log.info("%d outcomes read back from %s", recovered, actuator.topics.evictions)
+    state.set_ready(True)
+    stopping = asyncio.Event()
+    component.stop_on_signals(stopping.set)
+    electing = asyncio.create_task(elector.run()) if elector else None
+    try:
+        await actuator.consume(bootstrap, group_id=group_id, stopping=stopping)
+    finally:
+        if electing is not None:
+            electing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await electing

@@ -1,0 +1,93 @@
+"""What every long-running component's command shares: flags, logging, signals, connections.
+
+The source, the worker and the actuator are separate processes (`preemptctl
+source|worker|actuator`) with the same operational surface: `--broker`,
+`--kubeconfig/--context`, `--log-level`, `--no-create-topics`, the health
+flags (streams.health), SIGTERM/SIGINT for a clean stop, and waiting for a
+broker that starts after them instead of crash-looping.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Callable
+
+from aiokafka.errors import KafkaError
+from kubernetes_asyncio import client
+
+from streams import broker, health, kube
+from streams.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+
+def add_kubernetes_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig", metavar="F", help="kubeconfig file (default: in-cluster, else $KUBECONFIG/~/.kube)"
+    )
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current)")
+
+
+def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-create-topics",
+        action="store_true",
+        help="do not create missing topics at start (when the broker forbids it)",
+    )
+    health.add_arguments(parser)
+    parser.add_argument(
+        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="(default INFO)"
+    )
+
+
+def bootstrap_of(url: str) -> str:
+    try:
+        return broker.parse_broker_url(url)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def configure_logging(level: str) -> None:
+    """Logs to stderr (stdout is for data, DESIGN §10), unless the caller configured logging already."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+
+
+async def connect(args: argparse.Namespace) -> client.ApiClient:
+    """The ApiClient for `--kubeconfig/--context`; a config that cannot be loaded is a usage error."""
+    try:
+        return await kube.connect(args.kubeconfig, context=args.context)
+    except (OSError, kube.ConfigException) as exc:
+        raise UsageError(f"cannot load Kubernetes config: {exc}") from exc
+
+
+def stop_on_signals(stop: Callable[[], None]) -> None:
+    """SIGTERM (a kubelet or compose stopping the container) and Ctrl-C end the work in hand cleanly."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+
+
+async def prepare_broker(bootstrap: str, *, create_topics: bool) -> None:
+    """Create missing topics, retrying with backoff while the broker is not reachable yet.
+
+    Kafka often starts after (or restarts beside) its clients; waiting here keeps
+    the process live and unready instead of crash-looping.
+    """
+    if not create_topics:
+        return
+    backoff = kube.Backoff()
+    while True:
+        try:
+            await broker.ensure_topics(bootstrap)
+            return
+        except (KafkaError, OSError, broker.BrokerUnavailable) as exc:
+            delay = backoff.delay()
+            log.warning("broker %s not ready (%s); retrying in %.1fs", bootstrap, exc, delay)
+            await asyncio.sleep(delay)

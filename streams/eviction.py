@@ -1,0 +1,476 @@
+"""Acting on the cluster for one decision: victims, the preemptor's nomination, Events.
+
+Every Kubernetes edge case of actuation is handled here, with its reason:
+- A victim the decision marks `terminating`: already-terminating, and no API
+  call at all (its capacity is leaving anyway; DESIGN §4).
+- The pod is read before any write:
+  - 404: already-gone. The goal (the pod no longer running) is reached, so a
+    missing pod is success, never an error.
+  - another uid: uid-changed, nothing done. The name now belongs to a pod
+    recreated since the decision (a StatefulSet replica, say), which no
+    decision chose.
+  - deletionTimestamp set: already-terminating. Someone is deleting it already;
+    evicting or deleting again could only shorten its grace period.
+- Every write carries the victim's uid as a precondition (Eviction and
+  DeleteOptions preconditions, metadata.uid in patches), which closes the race
+  between the read and the write. A 409 or 422 answer is classified by reading
+  the pod again; a 404 answer to a write is already-gone.
+- Eviction 429: a PodDisruptionBudget forbids it for now; retried with backoff
+  up to EVICTION_ATTEMPTS times, then blocked-by-pdb.
+- 5xx, 429 on other calls (API priority and fairness) and network errors are
+  transient: retried TRANSIENT_ATTEMPTS times, then the outcome is error.
+- delete: the DisruptionTarget=True condition (reason PreemptionByScheduler) is
+  set on the pod's status first, as kube-scheduler does, so controllers and the
+  engine's `wait` rule know why the pod is going; then it is deleted with its
+  own terminationGracePeriodSeconds.
+- label: the soft-eviction label, and an annotation of the same key holding the
+  JSON detail (a label value cannot hold JSON).
+- The preemptor is read before it is nominated: when the decision names its
+  uid, a preemptor that is gone, recreated or already bound stops the decision,
+  and no victim is touched (each gets outcome error, saying why).
+- After a crash between our write and its record (the ledger says pending), a
+  pod found gone, terminating or replaced counts as done: it was our write.
+- Events: messages truncated to EVENT_MESSAGE_LIMIT; names are derived from
+  (decision, victim), so a 409 AlreadyExists means we posted it before a
+  restart, which is success. A failed Event never fails the victim's outcome.
+- --dry-run sends dryRun=All on every write (reads are real), so the API server
+  validates and admits each request but persists nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import Counter, Histogram
+
+from schemas.records import EvictionResult, VictimRecord
+from streams import kube
+
+log = logging.getLogger(__name__)
+
+SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
+DISRUPTION_TARGET = "DisruptionTarget"
+PREEMPTION_REASON = "PreemptionByScheduler"
+# kube-scheduler's Event reason on a preempted victim.
+EVENT_REASON = "Preempted"
+EVENT_BLOCKED_REASON = "PreemptionBlocked"
+COMPONENT = "preemptctl"
+# The API server caps an Event's message (events.k8s.io `note`) at 1 kB; kube's
+# own recorders truncate to this length rather than have the Event rejected.
+EVENT_MESSAGE_LIMIT = 1024
+# DNS subdomain names (Event names) are at most 253 characters.
+_NAME_LIMIT = 253
+# Kubernetes' default terminationGracePeriodSeconds, for a pod that sets none.
+DEFAULT_GRACE_PERIOD_S = 30
+
+# A PDB that forbids an eviction now may allow it after a replacement pod
+# becomes ready (tens of seconds): 5 attempts over ~15 s (1+2+4+8) give it that
+# chance without holding the decision stream for minutes.
+EVICTION_ATTEMPTS = 5
+EVICTION_BACKOFF_INITIAL_S = 1.0
+EVICTION_BACKOFF_MAX_S = 8.0
+# An API server restart or an overloaded one answers 5xx or nothing for a few
+# seconds; three tries over ~1.5 s ride that out before the outcome is error.
+TRANSIENT_ATTEMPTS = 3
+TRANSIENT_BACKOFF_INITIAL_S = 0.5
+TRANSIENT_BACKOFF_MAX_S = 4.0
+
+_TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+_NETWORK_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+API_REQUESTS = Counter(
+    "preemptctl_actuator_api_requests_total",
+    "Kubernetes API calls by the actuator, by operation and HTTP status (or 'network').",
+    ["operation", "code"],
+)
+ACTION_SECONDS = Histogram(
+    "preemptctl_actuator_action_duration_seconds",
+    "Time to act on one victim, retries included.",
+    ["action"],
+)
+EVENT_FAILURES = Counter("preemptctl_actuator_event_failures_total", "Events that could not be posted.")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    eviction_attempts: int = EVICTION_ATTEMPTS
+    eviction_backoff_initial_s: float = EVICTION_BACKOFF_INITIAL_S
+    eviction_backoff_max_s: float = EVICTION_BACKOFF_MAX_S
+    transient_attempts: int = TRANSIENT_ATTEMPTS
+    transient_backoff_initial_s: float = TRANSIENT_BACKOFF_INITIAL_S
+    transient_backoff_max_s: float = TRANSIENT_BACKOFF_MAX_S
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: EvictionResult
+    attempts: int = 0
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Nomination:
+    """What nominating a preemptor found: done, gone, recreated, bound or error."""
+
+    result: str
+    proceed: bool  # act on the decision's victims?
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a victim's actions need to know about its decision."""
+
+    decision_id: str
+    preemptor: str  # namespace/name, or namespace/pod-group for a job
+    node: str
+    reason: str = ""
+    job: str = ""  # the job flow's namespace/pod-group, else empty
+    trigger: str = ""  # the pod that asked for the decision (a job's first member)
+
+
+@dataclass
+class Actions:
+    """Kubernetes writes for the actuator. `guard` runs before every write (the Lease check)."""
+
+    api: client.ApiClient
+    dry_run: bool = False
+    identity: str = COMPONENT
+    guard: Callable[[], None] = lambda: None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def __post_init__(self) -> None:
+        self._core = client.CoreV1Api(self.api)
+
+    def _dry(self) -> dict[str, Any]:
+        return {"dry_run": "All"} if self.dry_run else {}
+
+    async def _call(self, operation: str, call: Callable[[], Awaitable[Any]], *, write: bool) -> Any:
+        """One API call with transient retries; the guard runs before each write attempt."""
+        backoff = kube.Backoff(self.retry.transient_backoff_initial_s, self.retry.transient_backoff_max_s)
+        for attempt in range(1, self.retry.transient_attempts + 1):
+            if write:
+                self.guard()
+            try:
+                result = await call()
+            except ApiException as exc:
+                API_REQUESTS.labels(operation, str(exc.status)).inc()
+                transient = exc.status in _TRANSIENT_STATUSES and not (
+                    operation == "evict" and exc.status == 429
+                )
+                if not transient or attempt == self.retry.transient_attempts:
+                    raise
+            except _NETWORK_ERRORS:
+                API_REQUESTS.labels(operation, "network").inc()
+                if attempt == self.retry.transient_attempts:
+                    raise
+            else:
+                API_REQUESTS.labels(operation, "2xx").inc()
+                return result
+            await asyncio.sleep(backoff.delay())
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    # ---- victims ---------------------------------------------------------------------
+
+    async def act(
+        self,
+        victim: VictimRecord,
+        context: Context,
+        *,
+        resumed: bool = False,
+        before_write: Callable[[], None] = lambda: None,
+    ) -> Outcome:
+        """Act on one victim by its action; never raises for API failures (outcome error)."""
+        action = victim["action"]
+        with ACTION_SECONDS.labels(action).time():
+            if victim.get("terminating"):
+                return Outcome("already-terminating", 0, "terminating when decided: no action needed")
+            try:
+                pod = await self._read(victim)
+            except (ApiException, *_NETWORK_ERRORS) as exc:
+                return Outcome("error", 0, f"read failed: {_describe(exc)}")
+            found = _classify(pod, victim, resumed=resumed)
+            if found is not None:
+                return found
+            self.guard()  # before the ledger says "pending": a non-leader must not leave that mark
+            before_write()
+            attempts = [0]
+            try:
+                if action == "evict":
+                    return await self._evict(victim, attempts)
+                if action == "delete":
+                    return await self._delete(victim, pod, context, attempts)
+                if action == "label":
+                    return await self._label(victim, context, attempts)
+                return Outcome("error", 0, f"unknown action {action!r}")
+            except ApiException as exc:
+                return await self._write_failed(exc, victim, attempts[0])
+            except _NETWORK_ERRORS as exc:
+                return Outcome("error", attempts[0], f"{action} failed: {_describe(exc)}")
+
+    async def _read(self, victim: VictimRecord) -> Any | None:
+        """The pod, or None when it does not exist."""
+        try:
+            return await self._call(
+                "read",
+                lambda: self._core.read_namespaced_pod(victim["name"], victim["namespace"]),
+                write=False,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def _write_failed(self, exc: ApiException, victim: VictimRecord, attempts: int) -> Outcome:
+        if exc.status == 404:
+            return Outcome("already-gone", attempts, "gone before the write")
+        if exc.status in (409, 422):
+            # A precondition failed (or the uid in the patch was refused): find out why.
+            try:
+                pod = await self._read(victim)
+            except (ApiException, *_NETWORK_ERRORS) as read_exc:
+                return Outcome("error", attempts, f"conflict, then read failed: {_describe(read_exc)}")
+            found = _classify(pod, victim, resumed=False)
+            if found is not None:
+                return Outcome(found.result, attempts, found.message)
+        return Outcome("error", attempts, f"{victim['action']} failed: {_describe(exc)}")
+
+    async def _evict(self, victim: VictimRecord, attempts: list[int]) -> Outcome:
+        body = client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=victim["name"], namespace=victim["namespace"]),
+            delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=victim["uid"])),
+        )
+        backoff = kube.Backoff(self.retry.eviction_backoff_initial_s, self.retry.eviction_backoff_max_s)
+        while True:
+            attempts[0] += 1
+            try:
+                await self._call(
+                    "evict",
+                    lambda: self._core.create_namespaced_pod_eviction(
+                        victim["name"], victim["namespace"], body, **self._dry()
+                    ),
+                    write=True,
+                )
+                return Outcome("done", attempts[0])
+            except ApiException as exc:
+                if exc.status != 429:
+                    raise
+                if attempts[0] >= self.retry.eviction_attempts:
+                    return Outcome("blocked-by-pdb", attempts[0], _status_message(exc))
+            await asyncio.sleep(backoff.delay())
+
+    async def _delete(self, victim: VictimRecord, pod: Any, context: Context, attempts: list[int]) -> Outcome:
+        conditions = (pod.status.conditions if pod.status else None) or []
+        if not any(c.type == DISRUPTION_TARGET and c.status == "True" for c in conditions):
+            patch = {
+                "metadata": {"uid": victim["uid"]},
+                "status": {
+                    "conditions": [
+                        {
+                            "type": DISRUPTION_TARGET,
+                            "status": "True",
+                            "reason": PREEMPTION_REASON,
+                            "message": f"{COMPONENT}: preempting to accommodate a higher priority pod "
+                            f"(decision {context.decision_id})",
+                            "lastTransitionTime": kube.rfc3339(kube.now().replace(microsecond=0)),
+                        }
+                    ]
+                },
+            }
+            await self._call(
+                "patch-status",
+                lambda: self._core.patch_namespaced_pod_status(
+                    victim["name"], victim["namespace"], patch, **self._dry()
+                ),
+                write=True,
+            )
+        grace = pod.spec.termination_grace_period_seconds if pod.spec else None
+        options = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(uid=victim["uid"]),
+            grace_period_seconds=DEFAULT_GRACE_PERIOD_S if grace is None else grace,
+        )
+        attempts[0] += 1
+        await self._call(
+            "delete",
+            lambda: self._core.delete_namespaced_pod(
+                victim["name"], victim["namespace"], body=options, **self._dry()
+            ),
+            write=True,
+        )
+        return Outcome("done", attempts[0])
+
+    async def _label(self, victim: VictimRecord, context: Context, attempts: list[int]) -> Outcome:
+        patch = {"metadata": {"uid": victim["uid"], **soft_eviction(context)["metadata"]}}
+        attempts[0] += 1
+        await self._call(
+            "label",
+            lambda: self._core.patch_namespaced_pod(
+                victim["name"], victim["namespace"], patch, **self._dry()
+            ),
+            write=True,
+        )
+        return Outcome("done", attempts[0])
+
+    # ---- the preemptor ---------------------------------------------------------------
+
+    async def nominate(self, member: str, node: str, *, uid: str | None) -> Nomination:
+        """Set status.nominatedNodeName on a preemptor (or a job member).
+
+        With the preemptor's uid (a single-pod decision), a preemptor that is gone,
+        recreated or already bound stops the decision: evicting for it would free
+        capacity nobody asked for.
+        """
+        namespace, _, name = member.partition("/")
+        try:
+            pod = await self._call(
+                "read", lambda: self._core.read_namespaced_pod(name, namespace), write=False
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return Nomination("gone", proceed=uid is None, message=f"preemptor {member} is gone")
+            return Nomination("error", proceed=True, message=f"reading {member} failed: {_describe(exc)}")
+        except _NETWORK_ERRORS as exc:
+            return Nomination("error", proceed=True, message=f"reading {member} failed: {_describe(exc)}")
+        if uid and pod.metadata.uid != uid:
+            return Nomination("recreated", proceed=False, message=f"preemptor {member} was recreated")
+        if pod.spec and pod.spec.node_name:
+            bound = f"preemptor {member} is already bound to {pod.spec.node_name}"
+            return Nomination("bound", proceed=uid is None, message=bound)
+        patch: dict[str, Any] = {"status": {"nominatedNodeName": node}}
+        if uid:
+            patch["metadata"] = {"uid": uid}
+        try:
+            await self._call(
+                "nominate",
+                lambda: self._core.patch_namespaced_pod_status(name, namespace, patch, **self._dry()),
+                write=True,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return Nomination("gone", proceed=uid is None, message=f"preemptor {member} is gone")
+            if exc.status in (409, 422):
+                return Nomination(
+                    "recreated", proceed=uid is None, message=f"preemptor {member} was recreated"
+                )
+            return Nomination("error", proceed=True, message=f"nominating {member} failed: {_describe(exc)}")
+        except _NETWORK_ERRORS as exc:
+            return Nomination("error", proceed=True, message=f"nominating {member} failed: {_describe(exc)}")
+        return Nomination("done", proceed=True)
+
+    # ---- Events ----------------------------------------------------------------------
+
+    async def post_event(self, victim: VictimRecord, context: Context, outcome: Outcome) -> None:
+        """A core/v1 Event on the victim; failures are logged and counted, never raised (except NotLeader)."""
+        if outcome.result == "done":
+            reason, event_type = EVENT_REASON, "Normal"
+            message = (
+                f"Preempted by {context.preemptor} on node {context.node}, decision {context.decision_id}"
+            )
+        elif outcome.result == "blocked-by-pdb":
+            reason, event_type = EVENT_BLOCKED_REASON, "Warning"
+            message = (
+                f"Preemption by {context.preemptor} on node {context.node} blocked by a "
+                f"PodDisruptionBudget, decision {context.decision_id}: {outcome.message}"
+            )
+        else:
+            return
+        stamp = kube.now().replace(microsecond=0)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(
+                name=event_name(victim["name"], context.decision_id, victim["uid"]),
+                namespace=victim["namespace"],
+            ),
+            involved_object=client.V1ObjectReference(
+                api_version="v1",
+                kind="Pod",
+                name=victim["name"],
+                namespace=victim["namespace"],
+                uid=victim["uid"],
+            ),
+            reason=reason,
+            message=truncate(message),
+            type=event_type,
+            source=client.V1EventSource(component=COMPONENT),
+            reporting_component=COMPONENT,
+            reporting_instance=self.identity,
+            action="Preempt",
+            first_timestamp=stamp,
+            last_timestamp=stamp,
+            count=1,
+        )
+        try:
+            await self._call(
+                "event",
+                lambda: self._core.create_namespaced_event(victim["namespace"], body, **self._dry()),
+                write=True,
+            )
+        except ApiException as exc:
+            if exc.status != 409:  # 409: posted before a restart
+                EVENT_FAILURES.inc()
+                log.warning("Event on %s/%s failed: %s", victim["namespace"], victim["name"], _describe(exc))
+        except _NETWORK_ERRORS as exc:
+            EVENT_FAILURES.inc()
+            log.warning("Event on %s/%s failed: %s", victim["namespace"], victim["name"], _describe(exc))
+
+
+def _classify(pod: Any | None, victim: VictimRecord, *, resumed: bool) -> Outcome | None:
+    """The outcome the pod's current state already settles, or None when we must act."""
+    where = f"{victim['namespace']}/{victim['name']}"
+    if pod is None:
+        return Outcome("done" if resumed else "already-gone", 0, f"{where} not found")
+    meta = pod.metadata
+    if meta.uid != victim["uid"]:
+        if resumed:  # our earlier delete took effect and a controller recreated the name
+            return Outcome("done", 0, f"{where} recreated as uid {meta.uid} after our action")
+        return Outcome("uid-changed", 0, f"{where} is now uid {meta.uid}, not {victim['uid']}")
+    if meta.deletion_timestamp is not None:
+        return Outcome("done" if resumed else "already-terminating", 0, f"{where} is terminating")
+    return None
+
+
+def soft_eviction(context: Context) -> dict[str, Any]:
+    """The merge patch of a `label` victim: the label, and the detail as an annotation (DESIGN §4)."""
+    detail = json.dumps(
+        {
+            "preemptJob": context.job,
+            "preemptor": context.trigger or context.preemptor,
+            "decisionId": context.decision_id,
+            "reason": context.reason,
+        },
+        sort_keys=True,
+    )
+    return {"metadata": {"labels": {SOFT_EVICTION: "true"}, "annotations": {SOFT_EVICTION: detail}}}
+
+
+def truncate(message: str, limit: int = EVENT_MESSAGE_LIMIT) -> str:
+    return message if len(message) <= limit else message[: limit - 3] + "..."
+
+
+def event_name(pod_name: str, decision_id: str, uid: str) -> str:
+    """Deterministic per (decision, victim): a repeated post is a 409, not a second Event."""
+    suffix = hashlib.sha256(f"{decision_id}\x00{uid}".encode()).hexdigest()[:16]
+    return f"{pod_name[: _NAME_LIMIT - len(suffix) - 1]}.{suffix}"
+
+
+def _status_message(exc: ApiException) -> str:
+    try:
+        body = json.loads(exc.body) if exc.body else {}
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or exc.reason or exc.status)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        return f"{exc.status} {_status_message(exc)}"
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,157 @@
+"""Health and metrics over HTTP for every long-running component (source, actuator, worker).
+
+This module owns the probe contract the Helm chart relies on:
+- `/livez`: 200 while the event loop answers and every liveness check passes;
+  a failing check names itself in the 503 body, so a restart has a reason;
+- `/readyz`: 503 until the component says it is ready (the source after its
+  initial list is in the log, the actuator after its ledger is recovered);
+- `/metrics`: the Prometheus text format of the process's default registry.
+
+Components record their own metrics where the effect happens; this module only
+adds `preemptctl_ready` and `preemptctl_build_info`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+from types import TracebackType
+from typing import Self
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Gauge, Info, generate_latest
+
+log = logging.getLogger(__name__)
+
+# The port every component's probes and metrics listen on (the chart's containerPort).
+DEFAULT_PORT = 9102
+DEFAULT_HOST = "0.0.0.0"
+
+READY = Gauge("preemptctl_ready", "1 when the component is ready to serve, else 0.", ["component"])
+BUILD = Info("preemptctl_build", "The running preemptctl version.")
+
+# A liveness check returns None when healthy, else a one-line reason.
+LivenessCheck = Callable[[], str | None]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("preemptctl")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class Health:
+    """Readiness and liveness of one component."""
+
+    def __init__(self, component: str) -> None:
+        self.component = component
+        self._ready = False
+        self._checks: list[tuple[str, LivenessCheck]] = []
+        READY.labels(component).set(0)
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    def set_ready(self, ready: bool = True) -> None:
+        if ready != self._ready:
+            log.info("%s is %s", self.component, "ready" if ready else "not ready")
+        self._ready = ready
+        READY.labels(self.component).set(1 if ready else 0)
+
+    def add_liveness(self, name: str, check: LivenessCheck) -> None:
+        self._checks.append((name, check))
+
+    def liveness(self) -> list[str]:
+        """The failing checks as `name: reason`; empty when live."""
+        failures = []
+        for name, check in self._checks:
+            reason = check()
+            if reason:
+                failures.append(f"{name}: {reason}")
+        return failures
+
+
+class HealthServer:
+    """The HTTP endpoints of one Health; `async with HealthServer(health, port=0) as s: s.port`."""
+
+    def __init__(
+        self,
+        health: Health,
+        *,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
+        self.health = health
+        self._host = host
+        self._port = port
+        self._registry = registry
+        self._runner: web.AppRunner | None = None
+        self.port = port
+
+    async def _livez(self, request: web.Request) -> web.Response:
+        failures = self.health.liveness()
+        if failures:
+            return web.Response(status=503, text="\n".join(failures) + "\n")
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        if self.health.ready:
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text=f"{self.health.component} is not ready\n")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self._registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def start(self) -> Self:
+        BUILD.info({"version": _version()})
+        app = web.Application()
+        app.router.add_get("/livez", self._livez)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        # Port 0 asks the OS for a free port; report the one actually bound.
+        addresses = self._runner.addresses
+        if addresses:
+            self.port = int(addresses[0][1])
+        log.info("%s health and metrics on http://%s:%d", self.health.component, self._host, self.port)
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--health-host/--health-port`, shared by every component's subcommand."""
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        default=DEFAULT_PORT,
+        metavar="PORT",
+        help=f"port of /metrics, /livez and /readyz (default {DEFAULT_PORT}; 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--health-host",
+        default=DEFAULT_HOST,
+        metavar="HOST",
+        help=f"address the health server binds (default {DEFAULT_HOST})",
+    )

@@ -1,0 +1,171 @@
+"""The Kubernetes API connection shared by the source and the actuator.
+
+This module owns:
+- `connect`, the one way an ApiClient is built (a kubeconfig file, else the
+  in-cluster service account, else the default kubeconfig);
+- `raw_request`, a request whose answer is the raw aiohttp response, for the
+  source's list and watch streams (raw JSON, no model round trip);
+- `ApiError` and `status_of`, one reading of "what did the API answer";
+- `Backoff`, exponential backoff with jitter for every retry loop.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config import ConfigException
+
+__all__ = ["ApiError", "Backoff", "ConfigException", "connect", "for_host", "raw_request", "status_of"]
+
+# Set by the kubelet in every pod: its presence means "running inside a cluster".
+_IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
+# The generated client's name for bearer-token auth (kubeconfig token, service account).
+_AUTH_SETTINGS = ["BearerToken"]
+
+# A TCP connect to the API server that takes longer than this is a network fault,
+# not a slow server; without the bound a dead endpoint hangs a request forever.
+CONNECT_TIMEOUT_S = 10.0
+# One list page or write; the API server's own request timeout is 60 s.
+REQUEST_TIMEOUT_S = 60.0
+
+# Retries after an API error: fast enough to ride out an API server restart,
+# slow enough not to hammer an overloaded one (client-go's informers back off
+# from 0.8 s to 30 s for the same reason).
+BACKOFF_INITIAL_S = 0.5
+BACKOFF_MAX_S = 30.0
+BACKOFF_FACTOR = 2.0
+# ±20%: many controllers restarted together must not retry in lockstep.
+BACKOFF_JITTER = 0.2
+
+
+class ApiError(Exception):
+    """A non-2xx answer (or an ERROR watch event) from the API server."""
+
+    def __init__(self, status: int, reason: str = "", message: str = "") -> None:
+        super().__init__(f"{status} {reason}: {message}".strip(": "))
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @classmethod
+    def from_status(cls, status: Any, *, default: int = 500) -> ApiError:
+        """From a metav1.Status dict (a watch ERROR event's object or an error body)."""
+        if not isinstance(status, dict):
+            return cls(default, "Unknown", repr(status)[:200])
+        code = status.get("code")
+        return cls(
+            code if isinstance(code, int) else default,
+            str(status.get("reason") or ""),
+            str(status.get("message") or ""),
+        )
+
+
+def status_of(exc: BaseException) -> int | None:
+    """The HTTP status of an API failure, or None when there was no answer (network, timeout)."""
+    if isinstance(exc, ApiError):
+        return exc.status
+    if isinstance(exc, ApiException):
+        return int(exc.status) if exc.status else None
+    return None
+
+
+def reason_of(exc: BaseException) -> str:
+    """The short reason Kubernetes gave (e.g. TooManyRequests), else the exception's class."""
+    if isinstance(exc, ApiError):
+        return exc.reason or str(exc.status)
+    if isinstance(exc, ApiException):
+        return str(exc.reason or exc.status)
+    return type(exc).__name__
+
+
+async def connect(kubeconfig: str | None = None, *, context: str | None = None) -> client.ApiClient:
+    """An ApiClient for `kubeconfig`, else in-cluster config, else ~/.kube/config (or $KUBECONFIG)."""
+    configuration = client.Configuration()
+    if kubeconfig is None and os.environ.get(_IN_CLUSTER_ENV):
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
+        await config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+def for_host(host: str) -> client.ApiClient:
+    """An unauthenticated ApiClient for `host` (a test server such as kmock)."""
+    configuration = client.Configuration()
+    configuration.host = host.rstrip("/")
+    return client.ApiClient(configuration)
+
+
+async def raw_request(
+    api: client.ApiClient,
+    path: str,
+    *,
+    query: Sequence[tuple[str, str]] = (),
+    timeout: aiohttp.ClientTimeout | None = None,
+) -> aiohttp.ClientResponse:
+    """GET `path` and return the unread response; the caller checks the status and releases it.
+
+    With `_preload_content=False` the client neither raises on errors nor parses
+    the body, so lists and watches reach us as the API server's own JSON bytes.
+    """
+    response: aiohttp.ClientResponse = await api.call_api(
+        path,
+        "GET",
+        query_params=list(query),
+        header_params={"Accept": "application/json"},
+        auth_settings=_AUTH_SETTINGS,
+        _preload_content=False,
+        _request_timeout=timeout
+        or aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S),
+    )
+    return response
+
+
+async def error_from_response(response: aiohttp.ClientResponse) -> ApiError:
+    """An ApiError from a non-2xx raw response (its body is a metav1.Status when it is JSON)."""
+    try:
+        body = await response.json(content_type=None)
+    except (ValueError, aiohttp.ClientError):
+        body = None
+    if isinstance(body, dict) and body.get("kind") == "Status":
+        error = ApiError.from_status(body, default=response.status)
+        error.status = response.status
+        return error
+    return ApiError(response.status, response.reason or "", "")
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    """`2026-01-01T00:00:00.123456Z`: the form the engine parses (engine.timeutil)."""
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with jitter; `reset()` after a success."""
+
+    initial_s: float = BACKOFF_INITIAL_S
+    max_s: float = BACKOFF_MAX_S
+    factor: float = BACKOFF_FACTOR
+    jitter: float = BACKOFF_JITTER
+    _next: float = field(default=0.0, init=False)
+
+    def delay(self) -> float:
+        """The next delay to sleep, growing each call up to max_s."""
+        base = self._next or self.initial_s
+        self._next = min(base * self.factor, self.max_s)
+        return base * (1 + random.uniform(-self.jitter, self.jitter))
+
+    def reset(self) -> None:
+        self._next = 0.0

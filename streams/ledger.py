@@ -1,0 +1,105 @@
+"""The actuator's ledger: which (decision id, subject) pairs it has started and recorded.
+
+A subject is a victim uid, or `nominate/<namespace>/<name>` for a nomination.
+- `pending`: a write to the cluster is about to happen (written before the
+  first write call), so a restart after a crash knows its own earlier action
+  may have taken effect, and reports the victim as done rather than as found
+  already terminating;
+- `recorded`: the outcome is in preemption.evictions; never act again.
+
+On disk as JSON lines, appended and fsynced one entry at a time (a few per
+decision, so the cost is irrelevant), compacted to the last state per key when
+loaded. The evictions topic is the other half of recovery: on start the
+actuator reads it back and marks every outcome found there as recorded, so a
+lost ledger file (a rescheduled pod without a volume) duplicates nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import IO
+
+import orjson
+
+PENDING = "pending"
+RECORDED = "recorded"
+
+LedgerKey = tuple[str, str]
+
+
+def nomination_subject(member: str) -> str:
+    return f"nominate/{member}"
+
+
+class Ledger:
+    """States by (decision id, subject), optionally persisted to a JSON-lines file."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self._states: dict[LedgerKey, str] = {}
+        self._file: IO[bytes] | None = None
+        if path is not None:
+            self._load(path)
+
+    def _load(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            for line in path.read_bytes().splitlines():
+                try:
+                    entry = orjson.loads(line)
+                    key = (str(entry["decisionId"]), str(entry["subject"]))
+                    state = str(entry["state"])
+                except (orjson.JSONDecodeError, KeyError, TypeError):
+                    continue  # a torn last line from a crash mid-append: the entry never counted
+                if state == RECORDED or self._states.get(key) != RECORDED:
+                    self._states[key] = state
+        # Rewrite compacted, then append: the file holds one line per key after a restart.
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        with open(tmp, "wb") as out:
+            for (decision_id, subject), state in self._states.items():
+                out.write(self._line(decision_id, subject, state))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+        self._file = open(path, "ab")  # noqa: SIM115 - kept open for the process's lifetime
+
+    @staticmethod
+    def _line(decision_id: str, subject: str, state: str) -> bytes:
+        return orjson.dumps({"decisionId": decision_id, "subject": subject, "state": state}) + b"\n"
+
+    def _write(self, key: LedgerKey, state: str) -> None:
+        self._states[key] = state
+        if self._file is not None:
+            self._file.write(self._line(key[0], key[1], state))
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+    def state(self, key: LedgerKey) -> str | None:
+        return self._states.get(key)
+
+    def recorded(self, key: LedgerKey) -> bool:
+        return self._states.get(key) == RECORDED
+
+    def pending(self, key: LedgerKey) -> bool:
+        return self._states.get(key) == PENDING
+
+    def mark_pending(self, key: LedgerKey) -> None:
+        if self._states.get(key) is None:
+            self._write(key, PENDING)
+
+    def mark_recorded(self, key: LedgerKey) -> None:
+        if self._states.get(key) != RECORDED:
+            self._write(key, RECORDED)
+
+    def note_recorded(self, key: LedgerKey) -> None:
+        """Recorded elsewhere (read back from the evictions topic): remember without writing."""
+        self._states[key] = RECORDED
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -1,0 +1,736 @@
+"""The source: list+watch one Kubernetes cluster and write what it sees to preemption.cluster-events.
+
+This module owns the cluster's event log as the API server shows it:
+- what is watched (`RESOURCES`, plus ElasticQuotas while their CRD is served)
+  and in which scope (`Scope`: namespaces, a pod label selector, a scheduler name);
+- the log's framing (TRACE.md): whenever the source (re)lists, one RESYNC, then
+  ADDED for every listed object, then DELETED tombstones for objects that
+  vanished while it was not watching; object events as the watches deliver them;
+  TICKs so the log's clock advances while the cluster is quiet;
+- batching events into records keyed by cluster name (`Publisher`).
+
+Kubernetes edge cases, each handled here and only here:
+- 410 Gone / Expired (an HTTP status or an ERROR watch event): the history a
+  watch needs is compacted, so every watch stops and everything is relisted.
+  One cluster-wide relist keeps RESYNC's contract simple: objects not re-listed
+  before the next non-ADDED event are gone. Nothing else (no TICK, no watch
+  event) is written between a RESYNC and the end of its ADDED run.
+- BOOKMARK events carry only a newer resourceVersion: remember it, write nothing.
+  Bookmarks keep a quiet watch's version fresh, so restarts rarely meet a 410.
+- A watch the server ends (timeoutSeconds) resumes from the last version seen.
+- A list page that fails (an expired continue token included) restarts that
+  list; ADDED events already written are harmless duplicates (folding is idempotent).
+- List items carry no kind/apiVersion (only the List does): the source sets them.
+- Tombstones carry the relist's resourceVersion, newer than anything seen before,
+  so an idempotent fold (engine.cluster) does not discard them as stale.
+- ElasticQuotas are watched only while discovery serves their group version;
+  a CRD installed later is noticed within CRD_RECHECK_S, one removed by a 404.
+- Any other API error: exponential backoff (kube.Backoff), then the same step again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import client
+from prometheus_client import Counter, Gauge, Histogram
+
+from schemas import VERSION
+from schemas.records import CLUSTER_EVENTS
+from streams import component, health, kube
+from streams.sink import KafkaSink, RecordSink
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CLUSTER = "default"
+# What kube-scheduler calls itself; pods without spec.schedulerName get this name.
+DEFAULT_SCHEDULER = "default-scheduler"
+
+# Every TICK moves the log's clock while the cluster is quiet (toleration windows,
+# DaemonSet start delays expire on it). 5 s is finer than any such window and
+# costs ~17k tiny records a day per cluster.
+DEFAULT_TICK_SECONDS = 5.0
+# A record holds at most this much event JSON (DESIGN §5: ~1 MiB), well under the
+# topic's max.message.bytes; a single larger object still goes alone.
+MAX_RECORD_BYTES = 1024 * 1024
+# Events waiting for the producer; a full queue pauses the watches (backpressure)
+# instead of growing memory while Kafka is slow or away.
+QUEUE_MAX_EVENTS = 10_000
+# Objects per list page: client-go's informer page size. Smaller pages cost round
+# trips; larger ones hold more of a 150k-pod cluster in memory at once.
+LIST_PAGE_SIZE = 500
+# Server-side watch timeout. The API server ends a watch after it anyway (its
+# default is a random 30-60 min); ending it ourselves bounds how long a silently
+# broken connection can go unnoticed.
+WATCH_TIMEOUT_S = 300
+# The client gives the server this long past timeoutSeconds before it calls the
+# connection dead (bookmarks arrive about once a minute on an idle watch).
+WATCH_READ_MARGIN_S = 30.0
+# How often the source asks discovery whether the ElasticQuota CRD appeared.
+CRD_RECHECK_S = 60.0
+# A relist needed again within this long of the previous one waits a backoff first:
+# an API server (or proxy) that keeps answering 410 must not get a full relist in a loop.
+RESYNC_STABLE_S = 60.0
+# On shutdown, how long queued events may take to reach Kafka before they are dropped
+# (they are not lost: the next start relists, and RESYNC restates the cluster).
+SHUTDOWN_FLUSH_TIMEOUT_S = 10.0
+
+EVENTS = Counter("preemptctl_source_events_total", "Events written to the log.", ["kind", "type"])
+RECORDS = Counter("preemptctl_source_records_total", "Records written to preemption.cluster-events.")
+RECORD_BYTES = Histogram(
+    "preemptctl_source_record_size_bytes",
+    "Size of each cluster-events record.",
+    buckets=(512, 4096, 16384, 65536, 262144, 524288, 1048576, 2097152),
+)
+RECORD_EVENTS = Histogram(
+    "preemptctl_source_record_events",
+    "Events per cluster-events record.",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000),
+)
+SEND_SECONDS = Histogram("preemptctl_source_send_duration_seconds", "Time to write one record to Kafka.")
+SEND_ERRORS = Counter("preemptctl_source_send_errors_total", "Failed record writes (retried).")
+QUEUED = Gauge("preemptctl_source_queued_events", "Events waiting to be written.")
+RESYNCS = Counter("preemptctl_source_resyncs_total", "Relists of the whole cluster.", ["reason"])
+TOMBSTONES = Counter("preemptctl_source_tombstones_total", "Objects found gone on a relist.", ["kind"])
+API_ERRORS = Counter(
+    "preemptctl_source_api_errors_total", "Failed list/watch/discovery calls.", ["resource", "reason"]
+)
+
+
+# ---- what is watched --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_version_path(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    def path(self, namespace: str | None) -> str:
+        if namespace is not None:
+            return f"{self.group_version_path}/namespaces/{namespace}/{self.plural}"
+        return f"{self.group_version_path}/{self.plural}"
+
+
+PODS = Resource("Pod", "", "v1", "pods", namespaced=True)
+NODES = Resource("Node", "", "v1", "nodes", namespaced=False)
+PRIORITY_CLASSES = Resource("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
+PDBS = Resource("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", namespaced=True)
+ELASTIC_QUOTAS = Resource(
+    "ElasticQuota", "scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", namespaced=True
+)
+RESOURCES = (NODES, PRIORITY_CLASSES, PDBS, PODS)  # nodes first: a relist restates capacity before pods
+
+# What the source does with the API, for the chart's ClusterRole (a test keeps them equal).
+# `get` is granted as the usual read trio but never called.
+REQUIRED_RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
+    (r.group, r.plural, ("get", "list", "watch")) for r in (*RESOURCES, ELASTIC_QUOTAS)
+)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which part of the cluster one source writes, so it can run beside kube-scheduler.
+
+    - `namespaces`: namespaced kinds are watched only there (nodes and
+      PriorityClasses are cluster-wide and always watched: capacity is shared);
+    - `label_selector`: a server-side selector on pods; pods outside it are
+      invisible, so use it only where they do not share nodes with selected ones;
+    - `scheduler_name`: pending pods of other schedulers are left out (they are
+      not ours to preempt for), but every pod bound or nominated to a node is
+      written whoever scheduled it, because it uses or claims capacity. Once an
+      object is in the log, all its later events are too.
+    """
+
+    cluster: str = DEFAULT_CLUSTER
+    namespaces: tuple[str, ...] = ()
+    label_selector: str | None = None
+    scheduler_name: str | None = None
+
+    def admits(self, resource: Resource, obj: dict[str, Any]) -> bool:
+        if self.scheduler_name is None or resource is not PODS:
+            return True
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        if spec.get("nodeName") or status.get("nominatedNodeName"):
+            return True
+        return (spec.get("schedulerName") or DEFAULT_SCHEDULER) == self.scheduler_name
+
+
+@dataclass
+class Stream:
+    """One list+watch: a resource in one namespace (or cluster-wide), and its last version."""
+
+    resource: Resource
+    namespace: str | None = None
+    label_selector: str | None = None
+    version: str = ""
+
+    @property
+    def path(self) -> str:
+        return self.resource.path(self.namespace)
+
+    @property
+    def name(self) -> str:
+        return f"{self.resource.plural}" + (f"@{self.namespace}" if self.namespace else "")
+
+    def selector_query(self) -> list[tuple[str, str]]:
+        return [("labelSelector", self.label_selector)] if self.label_selector else []
+
+
+@dataclass(frozen=True)
+class _Held:
+    """What the log holds of one object: enough to write its tombstone."""
+
+    resource: Resource
+    name: str
+    namespace: str | None
+    uid: str
+
+
+Key = tuple[str, str]
+
+
+def _identity(resource: Resource, obj: dict[str, Any]) -> Key:
+    """The worker's table key (engine.cluster): uid for namespaced kinds, name for cluster-scoped ones.
+
+    Keyed by uid, a pod recreated under the same name is a new object, and the
+    old uid gets its tombstone.
+    """
+    meta = obj.get("metadata") or {}
+    if resource.namespaced:
+        return resource.kind, str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+    return resource.kind, str(meta.get("name"))
+
+
+class Resync(Exception):
+    """Raised by a watch that cannot continue: everything must be relisted.
+
+    `reason` is one of RESYNC_REASONS (a metric label); the message says more.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+# Why the source relists: the values of preemptctl_source_resyncs_total's `reason` label.
+RESYNC_REASONS = ("start", "expired", "crd-installed", "crd-removed")
+
+
+# ---- the log's writer -------------------------------------------------------------
+
+
+class Publisher:
+    """Batches events into cluster-events records, in order, and writes them through a sink.
+
+    A record holds every event that arrived while the previous one was being
+    written, up to MAX_RECORD_BYTES: one event per record when idle, hundreds
+    under load, with no artificial delay (the write itself is the linger).
+    """
+
+    def __init__(
+        self,
+        sink: RecordSink,
+        *,
+        cluster: str,
+        topic: str = CLUSTER_EVENTS,
+        max_record_bytes: int = MAX_RECORD_BYTES,
+        queue_size: int = QUEUE_MAX_EVENTS,
+        backoff: Callable[[], kube.Backoff] = kube.Backoff,
+    ) -> None:
+        self._sink = sink
+        self._topic = topic
+        self._key = cluster.encode()
+        self._head = (
+            b'{"v":' + str(VERSION).encode() + b',"cluster":' + orjson.dumps(cluster) + b',"events":['
+        )
+        self._max = max_record_bytes
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue(queue_size)
+        self._carry: bytes | None = None
+        self._backoff = backoff
+
+    async def put(self, event: dict[str, Any]) -> None:
+        await self._queue.put(orjson.dumps(event))
+        QUEUED.set(self._queue.qsize())
+
+    async def flush(self) -> None:
+        """Return once every event put so far is written."""
+        await self._queue.join()
+
+    def _take(self, first: bytes) -> list[bytes]:
+        parts, size = [first], len(first)
+        while self._queue.qsize():
+            nxt = self._queue.get_nowait()
+            if size + len(nxt) + 1 > self._max:
+                self._carry = nxt
+                break
+            parts.append(nxt)
+            size += len(nxt) + 1
+        return parts
+
+    async def run(self) -> None:
+        """Write records until cancelled; a failed write is retried (in order) until it succeeds."""
+        while True:
+            first, self._carry = (self._carry, None) if self._carry else (await self._queue.get(), None)
+            parts = self._take(first)
+            value = self._head + b",".join(parts) + b"]}"
+            backoff = self._backoff()
+            while True:
+                try:
+                    with SEND_SECONDS.time():
+                        await self._sink.send(self._topic, value, key=self._key)
+                    break
+                except Exception as exc:  # any producer failure: the record must still go, in order
+                    SEND_ERRORS.inc()
+                    delay = backoff.delay()
+                    log.warning("writing %d events failed (%s); retrying in %.1fs", len(parts), exc, delay)
+                    await asyncio.sleep(delay)
+            RECORDS.inc()
+            RECORD_BYTES.observe(len(value))
+            RECORD_EVENTS.observe(len(parts))
+            for _ in parts:
+                self._queue.task_done()
+            QUEUED.set(self._queue.qsize())
+
+
+class _Clock:
+    """Event timestamps: wall-clock time, never going backwards (TRACE.md: ts is non-decreasing)."""
+
+    def __init__(self, now: Callable[[], datetime] = kube.now) -> None:
+        self._now = now
+        self._last: datetime | None = None
+
+    def stamp(self) -> str:
+        moment = self._now()
+        if self._last is not None and moment < self._last:
+            moment = self._last  # a clock stepped back (NTP) must not move the log's "now" back
+        self._last = moment
+        return kube.rfc3339(moment)
+
+
+async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """JSON lines of a watch stream, of any length (aiohttp's readline caps line size)."""
+    buffer = bytearray()
+    async for chunk in response.content.iter_any():
+        buffer += chunk
+        while (end := buffer.find(b"\n")) >= 0:
+            line = bytes(buffer[:end])
+            del buffer[: end + 1]
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield bytes(buffer)
+
+
+# ---- the source -------------------------------------------------------------------
+
+
+class Source:
+    """Lists and watches one cluster and writes its events through a Publisher.
+
+    `run()` runs until `stop()`; `ready` is set once the initial list is in the log.
+    """
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        sink: RecordSink,
+        *,
+        scope: Scope = Scope(),
+        tick_seconds: float = DEFAULT_TICK_SECONDS,
+        health_state: health.Health | None = None,
+        backoff: Callable[[], kube.Backoff] = kube.Backoff,
+        watch_timeout_s: int = WATCH_TIMEOUT_S,
+        page_size: int = LIST_PAGE_SIZE,
+        crd_recheck_s: float = CRD_RECHECK_S,
+        max_record_bytes: int = MAX_RECORD_BYTES,
+        clock: Callable[[], datetime] = kube.now,
+        topic: str = CLUSTER_EVENTS,
+    ) -> None:
+        self._api = api
+        self.scope = scope
+        self.publisher = Publisher(
+            sink, cluster=scope.cluster, topic=topic, max_record_bytes=max_record_bytes, backoff=backoff
+        )
+        self._tick_s = tick_seconds
+        self._health = health_state
+        self._backoff = backoff
+        self._watch_timeout_s = watch_timeout_s
+        self._page_size = page_size
+        self._crd_recheck_s = crd_recheck_s
+        self._clock = _Clock(clock)
+        self._held: dict[Key, _Held] = {}
+        self._streams: list[Stream] = []
+        self._quotas_served = False
+        self._stopping = asyncio.Event()
+        self.ready = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        publisher = asyncio.create_task(self.publisher.run(), name="source-publisher")
+        main = asyncio.create_task(self._main(), name="source-main")
+        stopping = asyncio.create_task(self._stopping.wait(), name="source-stopping")
+        try:
+            done, _ = await asyncio.wait({publisher, main, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopping:
+                    task.result()  # a crash of the publisher or the main loop ends the source
+        finally:
+            for task in (main, stopping):
+                task.cancel()
+            await asyncio.gather(main, stopping, return_exceptions=True)
+            if not publisher.done():
+                try:
+                    await asyncio.wait_for(self.publisher.flush(), SHUTDOWN_FLUSH_TIMEOUT_S)
+                except TimeoutError:
+                    log.warning("shutting down with unwritten events; the next start relists")
+                publisher.cancel()
+                await asyncio.gather(publisher, return_exceptions=True)
+            if self._health is not None:
+                self._health.set_ready(False)
+
+    async def _main(self) -> None:
+        reason = "start"
+        loop = asyncio.get_running_loop()
+        backoff = self._backoff()
+        while True:
+            await self._resync(reason)
+            if not self.ready.is_set():
+                # Ready means the initial state is durable in the log, not merely listed.
+                await self.publisher.flush()
+                self.ready.set()
+                if self._health is not None:
+                    self._health.set_ready(True)
+                log.info("initial list written: %d objects", len(self._held))
+            followed_at = loop.time()
+            reason = await self._follow()
+            if loop.time() - followed_at < RESYNC_STABLE_S:
+                await asyncio.sleep(backoff.delay())
+            else:
+                backoff.reset()
+
+    # ---- emitting -----------------------------------------------------------------
+
+    async def _emit(self, event_type: str, obj: dict[str, Any] | None = None) -> None:
+        event: dict[str, Any] = {"ts": self._clock.stamp(), "type": event_type}
+        if obj is not None:
+            event["object"] = obj
+        EVENTS.labels(str(obj.get("kind", "")) if obj else "", event_type).inc()
+        await self.publisher.put(event)
+
+    @staticmethod
+    def _stamp(resource: Resource, obj: dict[str, Any]) -> None:
+        obj.setdefault("kind", resource.kind)
+        obj.setdefault("apiVersion", resource.api_version)
+
+    def _hold(self, resource: Resource, key: Key, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        self._held[key] = _Held(
+            resource, str(meta.get("name")), meta.get("namespace"), str(meta.get("uid", ""))
+        )
+
+    async def _observe(self, resource: Resource, event_type: str, obj: dict[str, Any]) -> None:
+        """One watch event into the log, through the scope's gate."""
+        self._stamp(resource, obj)
+        key = _identity(resource, obj)
+        if event_type == "DELETED":
+            if self._held.pop(key, None) is not None:  # never written, nothing to delete
+                await self._emit("DELETED", obj)
+            return
+        if key not in self._held:
+            if not self.scope.admits(resource, obj):
+                return
+            event_type = "ADDED"  # the first time the log holds it
+        self._hold(resource, key, obj)
+        await self._emit(event_type, obj)
+
+    # ---- listing ------------------------------------------------------------------
+
+    def _plan(self) -> list[Stream]:
+        kinds: list[Resource] = list(RESOURCES)
+        if self._quotas_served:
+            kinds.insert(len(kinds) - 1, ELASTIC_QUOTAS)
+        streams = []
+        for resource in kinds:
+            selector = self.scope.label_selector if resource is PODS else None
+            if resource.namespaced and self.scope.namespaces:
+                streams += [Stream(resource, ns, selector) for ns in self.scope.namespaces]
+            else:
+                streams.append(Stream(resource, None, selector))
+        return streams
+
+    async def _quotas_available(self) -> bool:
+        """Does discovery serve elasticquotas? (Discovery needs no RBAC beyond being authenticated.)"""
+        response = await kube.raw_request(self._api, ELASTIC_QUOTAS.group_version_path)
+        try:
+            if response.status == 404:
+                return False
+            if response.status != 200:
+                raise await kube.error_from_response(response)
+            body = orjson.loads(await response.read())
+        finally:
+            response.release()
+        return any(r.get("name") == ELASTIC_QUOTAS.plural for r in body.get("resources") or ())
+
+    async def _resync(self, reason: str) -> None:
+        """RESYNC, ADDED for every object listed, DELETED for every object held but not listed."""
+        RESYNCS.labels(reason).inc()
+        backoff = self._backoff()
+        while True:
+            try:
+                self._quotas_served = await self._quotas_available()
+                break
+            except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                await self._failed("discovery", exc, backoff)
+        self._streams = self._plan()
+        await self._emit("RESYNC")
+        listed: set[Key] = set()
+        versions: dict[tuple[str, str | None], str] = {}
+        for stream in self._streams:
+            backoff.reset()
+            while True:
+                try:
+                    listed |= await self._list(stream)
+                    versions[stream.resource.kind, stream.namespace] = stream.version
+                    break
+                except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                    await self._failed(stream.name, exc, backoff)
+        for key in sorted(set(self._held) - listed):
+            held = self._held.pop(key)
+            version = versions.get((held.resource.kind, held.namespace)) or versions.get(
+                (held.resource.kind, None), ""
+            )
+            TOMBSTONES.labels(held.resource.kind).inc()
+            await self._emit("DELETED", self._tombstone(held, version))
+
+    @staticmethod
+    def _tombstone(held: _Held, version: str) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": held.name, "uid": held.uid, "resourceVersion": version}
+        if held.namespace:
+            meta["namespace"] = held.namespace
+        return {"apiVersion": held.resource.api_version, "kind": held.resource.kind, "metadata": meta}
+
+    async def _list(self, stream: Stream) -> set[Key]:
+        """List one stream page by page, writing ADDED as pages arrive; set its version."""
+        listed: set[Key] = set()
+        token = ""
+        version = ""
+        while True:
+            query = [("limit", str(self._page_size)), *stream.selector_query()]
+            if token:
+                query.append(("continue", token))
+            response = await kube.raw_request(self._api, stream.path, query=query)
+            try:
+                if response.status != 200:
+                    raise await kube.error_from_response(response)
+                body = orjson.loads(await response.read())
+            finally:
+                response.release()
+            meta = body.get("metadata") or {}
+            # A paginated list is one snapshot: the first page's version is the list's.
+            version = version or str(meta.get("resourceVersion") or "")
+            for obj in body.get("items") or ():
+                self._stamp(stream.resource, obj)
+                key = _identity(stream.resource, obj)
+                if key in self._held or self.scope.admits(stream.resource, obj):
+                    self._hold(stream.resource, key, obj)
+                    listed.add(key)
+                    await self._emit("ADDED", obj)
+            token = str(meta.get("continue") or "")
+            if not token:
+                break
+        stream.version = version
+        return listed
+
+    async def _failed(self, what: str, exc: BaseException, backoff: kube.Backoff) -> None:
+        API_ERRORS.labels(what.split("@")[0], kube.reason_of(exc)).inc()
+        delay = backoff.delay()
+        log.warning("%s failed (%s); retrying in %.1fs", what, str(exc).strip() or type(exc).__name__, delay)
+        await asyncio.sleep(delay)
+
+    # ---- following ----------------------------------------------------------------
+
+    async def _follow(self) -> str:
+        """Watch every stream and tick until a watch needs a relist; return why."""
+        found: list[Resync] = []
+        try:
+            async with asyncio.TaskGroup() as group:
+                for stream in self._streams:
+                    group.create_task(self._watch(stream), name=f"watch-{stream.name}")
+                group.create_task(self._tick(), name="tick")
+                if not self._quotas_served:
+                    group.create_task(self._await_quota_crd(), name="crd-recheck")
+        except* Resync as resyncs:
+            found = sorted((e for e in resyncs.exceptions if isinstance(e, Resync)), key=lambda e: e.reason)
+        if not found:
+            raise AssertionError("unreachable: watches and ticks end only by raising")
+        log.info("relisting the cluster: %s", "; ".join(sorted({str(e) for e in found})))
+        return found[0].reason
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self._tick_s)
+            await self._emit("TICK")
+
+    async def _await_quota_crd(self) -> None:
+        while True:
+            await asyncio.sleep(self._crd_recheck_s)
+            try:
+                if await self._quotas_available():
+                    raise Resync("crd-installed", "ElasticQuota CRD installed")
+            except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                API_ERRORS.labels("discovery", kube.reason_of(exc)).inc()
+
+    async def _watch(self, stream: Stream) -> None:
+        backoff = self._backoff()
+        while True:
+            try:
+                await self._watch_once(stream, backoff)
+            except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                status = kube.status_of(exc)
+                if status == 410:
+                    raise Resync("expired", f"{stream.name}: 410 Gone") from exc
+                if status == 404 and stream.resource is ELASTIC_QUOTAS:
+                    raise Resync("crd-removed", "ElasticQuota CRD removed") from exc
+                await self._failed(stream.name, exc, backoff)
+
+    async def _watch_once(self, stream: Stream, backoff: kube.Backoff) -> None:
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(self._watch_timeout_s)),
+            ("resourceVersion", stream.version),
+            *stream.selector_query(),
+        ]
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=kube.CONNECT_TIMEOUT_S,
+            sock_read=self._watch_timeout_s + WATCH_READ_MARGIN_S,
+        )
+        response = await kube.raw_request(self._api, stream.path, query=query, timeout=timeout)
+        try:
+            if response.status != 200:
+                raise await kube.error_from_response(response)
+            async for line in _lines(response):
+                event = orjson.loads(line)
+                event_type, obj = event.get("type"), event.get("object")
+                if event_type == "ERROR":
+                    raise kube.ApiError.from_status(obj)
+                if not isinstance(obj, dict):
+                    raise ValueError(f"watch event without an object: {line[:200]!r}")
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+                if event_type in ("ADDED", "MODIFIED", "DELETED"):
+                    await self._observe(stream.resource, event_type, obj)
+                elif event_type != "BOOKMARK":
+                    log.warning("%s: ignoring watch event of type %r", stream.name, event_type)
+                if version:
+                    stream.version = version
+                backoff.reset()
+        finally:
+            response.close()
+
+
+# ---- command line -----------------------------------------------------------------
+
+SOURCE_EXAMPLES = """examples:
+  preemptctl source --broker kafka://kafka:9092
+  preemptctl source --broker kafka://kafka:9092 --kubeconfig ~/.kube/config --cluster prod-eu1
+  preemptctl source --broker kafka://kafka:9092 --namespace team-a --namespace team-b \\
+      --scheduler-name batch-scheduler          beside kube-scheduler: only batch-scheduler's pending pods
+"""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "source",
+        help="list+watch a Kubernetes cluster into preemption.cluster-events",
+        description="Watch Pods, Nodes, PriorityClasses, PodDisruptionBudgets and ElasticQuotas "
+        "and write their events, batched, to the cluster-events topic.",
+        epilog=SOURCE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--broker", required=True, metavar="URL", help="kafka://host:port[,host:port]")
+    component.add_kubernetes_arguments(parser)
+    parser.add_argument(
+        "--cluster", default=DEFAULT_CLUSTER, metavar="NAME", help="cluster name: the record key (default)"
+    )
+    parser.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="watch namespaced kinds only here (repeatable or comma-separated; default all)",
+    )
+    parser.add_argument("--label-selector", metavar="S", help="server-side label selector for pods")
+    parser.add_argument(
+        "--scheduler-name",
+        metavar="NAME",
+        help="leave out pending pods of other schedulers (bound and nominated pods are always written)",
+    )
+    parser.add_argument(
+        "--tick-seconds",
+        type=_positive_float,
+        default=DEFAULT_TICK_SECONDS,
+        metavar="N",
+        help=f"write a TICK every N seconds (default {DEFAULT_TICK_SECONDS:g})",
+    )
+    component.add_runtime_arguments(parser)
+    parser.set_defaults(func=cmd_source)
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def cmd_source(args: argparse.Namespace) -> int:
+    component.configure_logging(args.log_level)
+    bootstrap = component.bootstrap_of(args.broker)
+    namespaces = tuple(
+        dict.fromkeys(ns.strip() for arg in args.namespace for ns in arg.split(",") if ns.strip())
+    )
+    scope = Scope(
+        cluster=args.cluster,
+        namespaces=namespaces,
+        label_selector=args.label_selector,
+        scheduler_name=args.scheduler_name,
+    )
+    asyncio.run(_serve(args, bootstrap, scope))
+    return 0
+
+
+async def _serve(args: argparse.Namespace, bootstrap: str, scope: Scope) -> None:
+    api = await component.connect(args)
+    state = health.Health("source")
+    try:
+        async with health.HealthServer(state, host=args.health_host, port=args.health_port):
+            await component.prepare_broker(bootstrap, create_topics=not args.no_create_topics)
+            async with KafkaSink(bootstrap, client_id=f"preemptctl-source-{scope.cluster}") as sink:
+                source = Source(api, sink, scope=scope, tick_seconds=args.tick_seconds, health_state=state)
+                component.stop_on_signals(source.stop)
+                await source.run()
+    finally:
+        await api.close()

@@ -1,0 +1,549 @@
+"""The actuator against a kmock API server: every outcome, retries, idempotence, dry run, Lease, forgeries.
+
+Most scenarios call `Actuator.handle` with records captured in memory; the
+redelivery scenario runs the whole Kafka loop on a real broker (tansu, and
+Apache Kafka where Java is available) and restarts the actuator with its
+ledger lost, so the evictions topic alone must keep outcomes unique.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import jsonschema
+import orjson
+import pytest
+from aiokafka import AIOKafkaProducer
+from kubernetes_asyncio import client
+from prometheus_client import REGISTRY
+
+from schemas import chain
+from schemas.records import VictimRecord
+from streams import actuator as actuator_mod
+from streams import broker as broker_mod
+from streams import eviction, lease
+from streams.actuator import Actuator, Origin, Topics
+from streams.ledger import Ledger
+from streams.sink import KafkaSink, MemorySink
+from tests.k8s import objects
+from tests.k8s.conftest import fresh_topic
+from tests.k8s.fakeapi import FakeApi
+
+KEY = b"test-hmac-key"
+ORIGIN = Origin("preemption.decisions", 0, 7)
+FAST = eviction.RetryPolicy(
+    eviction_attempts=3,
+    eviction_backoff_initial_s=0.01,
+    eviction_backoff_max_s=0.02,
+    transient_attempts=2,
+    transient_backoff_initial_s=0.01,
+    transient_backoff_max_s=0.02,
+)
+SCHEMA = json.loads(
+    (Path(actuator_mod.__file__).parent.parent / "schemas" / "evictions.schema.json").read_text()
+)
+STEP_TIMEOUT_S = 30.0
+
+Pods = dict[str, dict[str, Any]]
+
+
+def world(fake: FakeApi) -> Pods:
+    """A node full of low-priority pods and a pending high-priority preemptor."""
+    fake.create("nodes", objects.node("n1"))
+    pods = {"high": fake.create("pods", objects.pod("high", priority=1000, cpu="3", unschedulable=True))}
+    for name, grace in (("v-evict", 30), ("v-delete", 17), ("v-label", 30), ("v-other", 30)):
+        pods[name] = fake.create("pods", objects.pod(name, node="n1", grace=grace))
+    return pods
+
+
+def victim(pod: dict[str, Any], action: str, **extra: Any) -> VictimRecord:
+    meta = pod["metadata"]
+    record = {
+        "uid": meta["uid"],
+        "namespace": meta["namespace"],
+        "name": meta["name"],
+        "node": "n1",
+        "priority": 0,
+        "action": action,
+        **extra,
+    }
+    return cast(VictimRecord, record)
+
+
+def decision(
+    pods: Pods,
+    victims: list[VictimRecord],
+    *,
+    key: bytes | None = KEY,
+    decision_id: str = "default/42/high-uid",
+    **fields: Any,
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "v": 1,
+        "id": decision_id,
+        "cluster": "default",
+        "seq": 42,
+        "ts": "2026-01-01T00:00:00Z",
+        "flow": "default",
+        "preemptor": "default/high",
+        "preemptorUid": pods["high"]["metadata"]["uid"],
+        "outcome": "preempt",
+        "node": "n1",
+        "victims": victims,
+        "reason": "preempting lower-priority pods",
+        "explanation": {},
+        "configHash": "cfg",
+        "engineVersion": "test",
+        **fields,
+    }
+    return chain.seal(record, chain.GENESIS, key)
+
+
+def make(
+    api: client.ApiClient,
+    *,
+    sink: MemorySink | None = None,
+    dry_run: bool = False,
+    key: bytes | None = KEY,
+    elector: lease.LeaseElector | None = None,
+    ledger: Ledger | None = None,
+) -> tuple[Actuator, MemorySink]:
+    sink = sink or MemorySink()
+    actions = eviction.Actions(
+        api, dry_run=dry_run, identity="test", guard=elector.check if elector else lambda: None, retry=FAST
+    )
+    ledger = ledger if ledger is not None else Ledger()
+    return Actuator(actions, sink, ledger, hmac_key=key, elector=elector), sink
+
+
+def outcomes(sink: MemorySink, topic: str = "preemption.evictions") -> dict[str, dict[str, Any]]:
+    found = [orjson.loads(r.value) for r in sink.on(topic)]
+    for record in found:
+        jsonschema.validate(record, SCHEMA)
+    return {r["victim"]["name"]: r for r in found}
+
+
+def pod_writes(fake: FakeApi, name: str) -> list[tuple[str, str | None]]:
+    return [(c.method, c.subresource) for c in fake.writes() if c.plural == "pods" and c.name == name]
+
+
+# ---- one outcome each ---------------------------------------------------------------
+
+
+async def test_evict_delete_and_label_are_done(served: tuple[FakeApi, client.ApiClient]) -> None:
+    fake, api = served
+    pods = world(fake)
+    record = decision(
+        pods,
+        [
+            victim(pods["v-evict"], "evict"),
+            victim(pods["v-delete"], "delete"),
+            victim(pods["v-label"], "label"),
+        ],
+    )
+    act, sink = make(api)
+    written = await act.handle(orjson.dumps(record), key=b"default", origin=ORIGIN)
+
+    found = outcomes(sink)
+    assert {n: (o["result"], o["attempts"], o["action"]) for n, o in found.items()} == {
+        "v-evict": ("done", 1, "evict"),
+        "v-delete": ("done", 1, "delete"),
+        "v-label": ("done", 1, "label"),
+    }
+    assert [r["victim"]["uid"].encode() for r in written] == [r.key for r in sink.on("preemption.evictions")]
+    # The preemptor is nominated first, guarded by its uid.
+    nominate = next(c for c in fake.writes() if c.name == "high")
+    assert nominate.subresource == "status" and nominate.body["status"] == {"nominatedNodeName": "n1"}
+    assert nominate.body["metadata"]["uid"] == pods["high"]["metadata"]["uid"]
+    assert fake.get("pods", "default", "high")["status"]["nominatedNodeName"] == "n1"  # type: ignore[index]
+    # evict: the Eviction API, with the victim's uid as precondition; the pod is terminating.
+    (evict,) = [c for c in fake.writes() if c.subresource == "eviction"]
+    assert evict.body["deleteOptions"]["preconditions"]["uid"] == pods["v-evict"]["metadata"]["uid"]
+    assert fake.get("pods", "default", "v-evict")["metadata"]["deletionTimestamp"]  # type: ignore[index]
+    # delete: DisruptionTarget first, then a delete with uid precondition and the pod's grace period.
+    assert pod_writes(fake, "v-delete") == [("PATCH", "status"), ("DELETE", None)]
+    patch, delete = [c for c in fake.writes() if c.name == "v-delete"]
+    (condition,) = patch.body["status"]["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "DisruptionTarget",
+        "True",
+        "PreemptionByScheduler",
+    )
+    assert delete.body["preconditions"]["uid"] == pods["v-delete"]["metadata"]["uid"]
+    assert delete.body["gracePeriodSeconds"] == 17
+    held = fake.get("pods", "default", "v-delete")
+    assert held is not None and held["metadata"]["deletionGracePeriodSeconds"] == 17
+    # label: the soft-eviction label, and the JSON detail in an annotation of the same key.
+    labelled = fake.get("pods", "default", "v-label")
+    assert labelled is not None and not labelled["metadata"].get("deletionTimestamp")
+    assert labelled["metadata"]["labels"][eviction.SOFT_EVICTION] == "true"
+    assert json.loads(labelled["metadata"]["annotations"][eviction.SOFT_EVICTION]) == {
+        "preemptJob": "",
+        "preemptor": "default/high",
+        "decisionId": "default/42/high-uid",
+        "reason": "preempting lower-priority pods",
+    }
+    # One Event per victim, on the victim.
+    events = {o["involvedObject"]["name"]: o for (p, _, _), o in fake.objects.items() if p == "events"}
+    assert sorted(events) == ["v-delete", "v-evict", "v-label"]
+    assert (
+        events["v-evict"]["message"] == "Preempted by default/high on node n1, decision default/42/high-uid"
+    )
+    assert events["v-evict"]["involvedObject"]["uid"] == pods["v-evict"]["metadata"]["uid"]
+    assert events["v-evict"]["reason"] == "Preempted" and events["v-evict"]["type"] == "Normal"
+
+
+async def test_gone_terminating_and_recreated_pods_are_left_alone(
+    served: tuple[FakeApi, client.ApiClient],
+) -> None:
+    fake, api = served
+    pods = world(fake)
+    gone = victim(pods["v-evict"], "evict")
+    fake.remove("pods", "default", "v-evict")
+    fake.modify("pods", "default", "v-delete", {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}})
+    recreated = victim(pods["v-label"], "delete")
+    fake.remove("pods", "default", "v-label")
+    fake.create("pods", objects.pod("v-label", node="n1"))  # same name, new uid
+    marked = victim(pods["v-other"], "evict", terminating=True)
+    record = decision(pods, [gone, victim(pods["v-delete"], "delete"), recreated, marked])
+    act, sink = make(api)
+    await act.handle(orjson.dumps(record), key=None, origin=ORIGIN)
+
+    assert {n: (o["result"], o["attempts"]) for n, o in outcomes(sink).items()} == {
+        "v-evict": ("already-gone", 0),
+        "v-delete": ("already-terminating", 0),
+        "v-label": ("uid-changed", 0),
+        "v-other": ("already-terminating", 0),
+    }
+    assert all(c.name == "high" for c in fake.writes())  # only the nomination was written
+    # A victim marked terminating in the decision costs no API call at all, not even a read.
+    assert not [c for c in fake.calls if c.name == "v-other"]
+    assert not [o for (p, _, _), o in fake.objects.items() if p == "events"]
+
+
+async def test_uid_precondition_catches_a_recreation_after_the_read(
+    served: tuple[FakeApi, client.ApiClient],
+) -> None:
+    """The pod is replaced between our read and our write: the write's precondition refuses it."""
+    fake, api = served
+    pods = world(fake)
+
+    def replace() -> None:
+        fake.remove("pods", "default", "v-evict")
+        fake.create("pods", objects.pod("v-evict", node="n1"))
+
+    fake.after_read("pods", "default", "v-evict", replace)
+    act, sink = make(api)
+    await act.handle(
+        orjson.dumps(decision(pods, [victim(pods["v-evict"], "evict")])), key=None, origin=ORIGIN
+    )
+    assert outcomes(sink)["v-evict"]["result"] == "uid-changed"
+    (evict,) = [c for c in fake.writes() if c.subresource == "eviction"]  # refused by its precondition
+    assert evict.body["deleteOptions"]["preconditions"]["uid"] == pods["v-evict"]["metadata"]["uid"]
+    held = fake.get("pods", "default", "v-evict")
+    assert held is not None and not held["metadata"].get("deletionTimestamp")  # the new pod is untouched
+
+
+async def test_eviction_429_then_200_is_done_on_the_second_attempt(
+    served: tuple[FakeApi, client.ApiClient],
+) -> None:
+    fake, api = served
+    pods = world(fake)
+    fake.evictions_answer("default", "v-evict", [429, 200])
+    act, sink = make(api)
+    await act.handle(
+        orjson.dumps(decision(pods, [victim(pods["v-evict"], "evict")])), key=None, origin=ORIGIN
+    )
+    found = outcomes(sink)["v-evict"]
+    assert (found["result"], found["attempts"]) == ("done", 2)
+    assert len([c for c in fake.writes() if c.subresource == "eviction"]) == 2
+
+
+async def test_persistent_429_is_blocked_by_pdb(served: tuple[FakeApi, client.ApiClient]) -> None:
+    fake, api = served
+    pods = world(fake)
+    fake.evictions_answer("default", "v-evict", [429] * 10)
+    act, sink = make(api)
+    await act.handle(
+        orjson.dumps(decision(pods, [victim(pods["v-evict"], "evict")])), key=None, origin=ORIGIN
+    )
+    found = outcomes(sink)["v-evict"]
+    assert (found["result"], found["attempts"]) == ("blocked-by-pdb", FAST.eviction_attempts)
+    assert "disruption budget" in found["message"]
+    held = fake.get("pods", "default", "v-evict")
+    assert held is not None and not held["metadata"].get("deletionTimestamp")
+    (warning,) = [o for (p, _, _), o in fake.objects.items() if p == "events"]
+    assert (warning["type"], warning["reason"]) == ("Warning", "PreemptionBlocked")
+
+
+async def test_server_errors_are_retried_then_reported(served: tuple[FakeApi, client.ApiClient]) -> None:
+    fake, api = served
+    pods = world(fake)
+    fake.fail("DELETE", "pods", 503)  # one transient failure: retried
+    fake.fail("PATCH", "pods", 403, times=1)  # forbidden: not retried, reported
+    act, sink = make(api)
+    record = decision(pods, [victim(pods["v-delete"], "delete"), victim(pods["v-label"], "label")])
+    await act.handle(orjson.dumps(record), key=None, origin=ORIGIN)
+    found = outcomes(sink)
+    assert found["v-delete"]["result"] == "done"
+    assert found["v-label"]["result"] == "error" and found["v-label"]["message"].startswith(
+        "label failed: 403"
+    )
+
+
+@pytest.mark.parametrize("change", ["gone", "recreated", "bound"])
+async def test_no_victim_is_touched_for_a_preemptor_that_no_longer_needs_it(
+    served: tuple[FakeApi, client.ApiClient], change: str
+) -> None:
+    fake, api = served
+    pods = world(fake)
+    if change in ("gone", "recreated"):
+        fake.remove("pods", "default", "high")
+    if change == "recreated":
+        fake.create("pods", objects.pod("high", priority=1000, cpu="3", unschedulable=True))
+    if change == "bound":
+        fake.modify("pods", "default", "high", {"spec": {"nodeName": "n2"}})
+    act, sink = make(api)
+    value = orjson.dumps(
+        decision(pods, [victim(pods["v-evict"], "evict"), victim(pods["v-delete"], "delete")])
+    )
+    await act.handle(value, key=None, origin=ORIGIN)
+    found = outcomes(sink)
+    assert {o["result"] for o in found.values()} == {"error"}
+    assert change in found["v-evict"]["message"] and "no victim was touched" in found["v-evict"]["message"]
+    assert fake.writes() == []
+    # Redelivered: nothing more is written, and still nothing is touched.
+    assert await act.handle(value, key=None, origin=ORIGIN) == []
+    assert fake.writes() == [] and len(sink.records) == 2
+
+
+# ---- idempotence ----------------------------------------------------------------------
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        for value in values:
+            await producer.send_and_wait(topic, value, key=b"default")
+    finally:
+        await producer.stop()
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_decision_delivered_three_times_evicts_once(
+    served: tuple[FakeApi, client.ApiClient], broker: str, tmp_path: Path
+) -> None:
+    fake, api = served
+    pods = world(fake)
+    topics = Topics(fresh_topic("decisions"), fresh_topic("evictions"), fresh_topic("dead-letter"))
+    await broker_mod.ensure_topics(broker, [broker_mod.TopicSpec(t) for t in vars(topics).values()])
+    value = orjson.dumps(decision(pods, [victim(pods["v-evict"], "evict")]))
+    await _produce(broker, topics.decisions, [value] * 3)
+    duplicates = sample("preemptctl_actuator_duplicates_total")
+
+    async with KafkaSink(broker) as sink:
+        actions = eviction.Actions(api, identity="a", retry=FAST)
+        act = Actuator(actions, sink, Ledger(tmp_path / "ledger.jsonl"), hmac_key=KEY, topics=topics)
+        assert await actuator_mod.read_back(broker, act) == 0
+        stopping = asyncio.Event()
+        consuming = asyncio.create_task(
+            act.consume(broker, group_id=fresh_topic("group"), stopping=stopping, session_timeout_ms=6000)
+        )
+        await _until(lambda: sample("preemptctl_actuator_duplicates_total") - duplicates >= 2, "redeliveries")
+        stopping.set()
+        await asyncio.wait_for(consuming, STEP_TIMEOUT_S)
+
+    assert len([c for c in fake.writes() if c.subresource == "eviction"]) == 1
+    # Restarted with its ledger lost: the evictions topic alone says the outcome exists.
+    memory = MemorySink()
+    again = Actuator(
+        eviction.Actions(api, identity="b", retry=FAST), memory, Ledger(), hmac_key=KEY, topics=topics
+    )
+    assert await actuator_mod.read_back(broker, again) == 1
+    assert await again.handle(value, key=b"default", origin=ORIGIN) == []
+    assert memory.records == []
+    assert len([c for c in fake.writes() if c.subresource == "eviction"]) == 1
+    # ... and the ledger file alone says so too (a restart with the topic unreadable).
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    third, third_sink = make(api, ledger=ledger)
+    assert await third.handle(value, key=b"default", origin=ORIGIN) == []
+    assert third_sink.records == []
+
+
+async def test_a_crash_between_the_write_and_its_record_resumes_as_done(
+    served: tuple[FakeApi, client.ApiClient], tmp_path: Path
+) -> None:
+    fake, api = served
+    pods = world(fake)
+    record = decision(pods, [victim(pods["v-evict"], "evict")])
+
+    class Crash(Exception):
+        pass
+
+    class CrashingSink(MemorySink):
+        async def send(
+            self, topic: str, value: bytes, *, key: bytes | None = None, headers: Any = ()
+        ) -> None:
+            raise Crash("killed between the eviction and its outcome record")
+
+    path = tmp_path / "ledger.jsonl"
+    crashing, _ = make(api, sink=CrashingSink(), ledger=Ledger(path))
+    with pytest.raises(Crash):
+        await crashing.handle(orjson.dumps(record), key=None, origin=ORIGIN)
+    assert fake.get("pods", "default", "v-evict")["metadata"]["deletionTimestamp"]  # type: ignore[index]
+
+    restarted, sink = make(api, ledger=Ledger(path))
+    await restarted.handle(orjson.dumps(record), key=None, origin=ORIGIN)
+    found = outcomes(sink)["v-evict"]
+    assert found["result"] == "done"  # our own eviction, not someone else's termination
+    assert len([c for c in fake.writes() if c.subresource == "eviction"]) == 1
+
+
+# ---- dry run, Lease, forgeries --------------------------------------------------------
+
+
+async def test_dry_run_sends_dry_run_all_and_changes_nothing(
+    served: tuple[FakeApi, client.ApiClient],
+) -> None:
+    fake, api = served
+    pods = world(fake)
+    before = {k: json.dumps(v, sort_keys=True) for k, v in fake.objects.items()}
+    record = decision(
+        pods,
+        [
+            victim(pods["v-evict"], "evict"),
+            victim(pods["v-delete"], "delete"),
+            victim(pods["v-label"], "label"),
+        ],
+    )
+    act, sink = make(api, dry_run=True)
+    await act.handle(orjson.dumps(record), key=None, origin=ORIGIN)
+
+    assert fake.writes() and fake.writes(dry_run=False) == []
+    assert {k: json.dumps(v, sort_keys=True) for k, v in fake.objects.items()} == before
+    found = outcomes(sink)
+    assert {(o["result"], o.get("dryRun")) for o in found.values()} == {("done", True)}
+    # A dry run's outcomes never stand in for the real actuator's (nor the other way round).
+    real, _ = make(api)
+    assert real.recover(r.value for r in sink.on("preemption.evictions")) == 0
+    assert act.recover(r.value for r in sink.on("preemption.evictions")) == 3
+
+
+async def test_only_the_lease_holder_writes(served: tuple[FakeApi, client.ApiClient]) -> None:
+    fake, api = served
+    pods = world(fake)
+    clock = [0.0]
+
+    def elector(identity: str) -> lease.LeaseElector:
+        return lease.LeaseElector(
+            api,
+            name="preemptctl-actuator",
+            namespace="preemptctl",
+            identity=identity,
+            monotonic=lambda: clock[0],
+        )
+
+    a, b = elector("a"), elector("b")
+    assert await a.try_acquire_or_renew()
+    assert not await b.try_acquire_or_renew()
+    value = orjson.dumps(decision(pods, [victim(pods["v-evict"], "evict")]))
+
+    second, second_sink = make(api, elector=b)
+    writes = len(fake.writes())
+    with pytest.raises(lease.NotLeader):
+        await second.handle(value, key=None, origin=ORIGIN)
+    assert len(fake.writes()) == writes and second_sink.records == []
+    # Without the Lease its Kafka loop does not even start consuming.
+    stopping = asyncio.Event()
+    waiting = asyncio.create_task(second.consume("127.0.0.1:9", group_id="g", stopping=stopping))
+    await asyncio.sleep(0.1)
+    stopping.set()
+    await asyncio.wait_for(waiting, STEP_TIMEOUT_S)
+    assert len(fake.writes()) == writes
+
+    first, first_sink = make(api, elector=a)
+    await first.handle(value, key=None, origin=ORIGIN)
+    assert outcomes(first_sink)["v-evict"]["result"] == "done"
+    # The Lease lapses between reading a victim and writing to it: the write does not happen.
+    fake.after_read("pods", "default", "v-delete", lambda: clock.__setitem__(0, lease.RENEW_DEADLINE_S + 1))
+    later = orjson.dumps(decision(pods, [victim(pods["v-delete"], "delete")], decision_id="default/43/high"))
+    with pytest.raises(lease.NotLeader):
+        await first.handle(later, key=None, origin=ORIGIN)
+    assert pod_writes(fake, "v-delete") == [] and "v-delete" not in outcomes(first_sink)
+    # The holder stops renewing: past the lease duration on b's own clock, b takes over.
+    clock[0] = lease.LEASE_DURATION_S + 1
+    assert not a.is_leader()
+    assert await b.try_acquire_or_renew() and b.is_leader()
+    held = fake.get("leases", "preemptctl", "preemptctl-actuator")
+    assert (
+        held is not None and held["spec"]["holderIdentity"] == "b" and held["spec"]["leaseTransitions"] == 1
+    )
+
+
+@pytest.mark.parametrize(
+    ("tamper", "error_class"),
+    [
+        (lambda r: chain.seal(r, chain.GENESIS, b"someone-else's-key"), "ForgedDecision"),
+        (lambda r: chain.seal(r, chain.GENESIS, None) and r.pop("sig"), "UnsignedDecision"),
+        (lambda r: r["victims"].append(dict(r["victims"][0], name="v-other")), "TamperedDecision"),
+        (lambda r: r.update(victims="everyone"), "MalformedDecision"),
+    ],
+    ids=["forged", "unsigned", "tampered", "malformed"],
+)
+async def test_refused_decisions_go_to_the_dead_letter_topic(
+    served: tuple[FakeApi, client.ApiClient], tamper: Callable[[dict[str, Any]], Any], error_class: str
+) -> None:
+    fake, api = served
+    pods = world(fake)
+    record = decision(pods, [victim(pods["v-evict"], "evict")])
+    tamper(record)
+    value = orjson.dumps(record)
+    act, sink = make(api)
+    assert await act.handle(value, key=b"default", origin=Origin("preemption.decisions", 2, 41)) == []
+
+    (dead,) = sink.on("preemption.dead-letter")
+    assert dead.value == value and dead.key == b"default"
+    headers = dict(dead.headers)
+    assert headers["origin-topic"] == b"preemption.decisions"
+    assert (headers["origin-partition"], headers["origin-offset"]) == (b"2", b"41")
+    assert headers["error-class"] == error_class.encode() and headers["error"]
+    assert not [c for c in fake.calls if c.plural == "pods"] and not sink.on("preemption.evictions")
+
+
+async def test_decisions_without_action_or_for_other_clusters_do_nothing(
+    served: tuple[FakeApi, client.ApiClient],
+) -> None:
+    fake, api = served
+    pods = world(fake)
+    act, sink = make(api)
+    for record in (
+        decision(pods, [], outcome="wait"),
+        decision(pods, [victim(pods["v-evict"], "evict")], cluster="another"),
+    ):
+        await act.handle(orjson.dumps(record), key=None, origin=ORIGIN)
+    assert sink.records == [] and fake.writes() == []
+
+
+def test_event_messages_and_names_stay_within_limits() -> None:
+    assert eviction.truncate("x" * 5000) == "x" * 1021 + "..."
+    assert len(eviction.truncate("y" * 5000)) == eviction.EVENT_MESSAGE_LIMIT
+    assert eviction.truncate("short") == "short"
+    name = eviction.event_name("p" * 300, "cluster/1/uid", "uid")
+    assert len(name) <= 253 and name == eviction.event_name("p" * 300, "cluster/1/uid", "uid")
+    assert name != eviction.event_name("p" * 300, "cluster/2/uid", "uid")

@@ -1,0 +1,182 @@
+"""`preemptctl source` and `preemptctl actuator` as processes: kubeconfig, topics, probes, signals.
+
+Each command runs in a child process against the kmock API server (through a
+kubeconfig file) and the embedded broker, is watched through its /readyz and
+/metrics, and is stopped with SIGTERM, as a kubelet would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import orjson
+import yaml
+from aiokafka import AIOKafkaProducer
+from kubernetes_asyncio import client
+
+from schemas.records import DECISIONS, EVICTIONS
+from streams import broker as broker_mod
+from tests.k8s import objects
+from tests.k8s.fakeapi import FakeApi
+from tests.k8s.test_actuator import KEY, decision, victim, world
+from tests.k8s.test_source import read_raw, read_topic
+
+# Until the lead lists the modules in streams.cli._load_commands, register them here.
+MAIN = (
+    "import sys; from streams import actuator, cli, source; "
+    "cli._EXTRA_COMMANDS += [source.register, actuator.register]; sys.exit(cli.main(sys.argv[1:]))"
+)
+# A child process imports, connects and joins a consumer group within this (tansu's
+# group join alone takes about half the session timeout, DESIGN §11).
+START_TIMEOUT_S = 30.0
+
+
+def kubeconfig(tmp_path: Path, api: client.ApiClient) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "kmock", "cluster": {"server": api.configuration.host}}],
+                "users": [{"name": "test", "user": {"token": "test-token"}}],
+                "contexts": [{"name": "test", "context": {"cluster": "kmock", "user": "test"}}],
+                "current-context": "test",
+            }
+        )
+    )
+    return path
+
+
+@asynccontextmanager
+async def command(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", MAIN, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def metric(port: int, name: str) -> float:
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as response:
+        for line in (await response.text()).splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def until(check: Callable[[], object], what: str, process: asyncio.subprocess.Process) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            if await check():  # type: ignore[misc]
+                return
+        except aiohttp.ClientError:
+            pass  # not listening yet
+        if process.returncode is not None or time.monotonic() > deadline:
+            stderr = (await process.stderr.read()).decode() if process.stderr else ""
+            raise AssertionError(f"{what}: exit {process.returncode}\n{stderr[-3000:]}")
+        await asyncio.sleep(0.1)
+
+
+async def ready(port: int) -> bool:
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/readyz") as response:
+        return response.status == 200
+
+
+async def stop(process: asyncio.subprocess.Process) -> str:
+    process.send_signal(signal.SIGTERM)
+    _, stderr = await asyncio.wait_for(process.communicate(), START_TIMEOUT_S)
+    assert process.returncode == 0, stderr.decode()[-3000:]
+    return stderr.decode()
+
+
+async def test_source_command(served: tuple[FakeApi, client.ApiClient], tansu: str, tmp_path: Path) -> None:
+    fake, api = served
+    fake.create("nodes", objects.node("n1"))
+    fake.create("pods", objects.pod("a", node="n1"))
+    port = broker_mod.free_loopback_port()
+    config = kubeconfig(tmp_path, api)
+    async with command(
+        "source", "--broker", f"kafka://{tansu}", "--kubeconfig", str(config), "--cluster", "cmd-test",
+        "--health-port", str(port), "--health-host", "127.0.0.1", "--tick-seconds", "0.2",
+    ) as process:  # fmt: skip
+        await until(lambda: ready(port), "source ready", process)
+        assert await metric(port, "preemptctl_source_records_total") >= 3  # RESYNC, n1, a
+        fake.create("pods", objects.pod("b", node="n1"))
+        _, raw = await read_topic(
+            tansu,
+            "preemption.cluster-events",
+            lambda evs: "b" in {e.get("object", {}).get("metadata", {}).get("name") for e in evs},
+        )
+        stderr = await stop(process)
+    ours = [orjson.loads(v) for k, v in raw if k == b"cmd-test"]
+    assert ours[0]["events"][0]["type"] == "RESYNC"
+    assert "initial list written: 2 objects" in stderr
+
+
+async def test_actuator_command(served: tuple[FakeApi, client.ApiClient], tansu: str, tmp_path: Path) -> None:
+    fake, api = served
+    pods = world(fake)
+    key_file = tmp_path / "hmac.key"
+    key_file.write_bytes(KEY + b"\n")
+    await broker_mod.ensure_topics(tansu)
+    producer = AIOKafkaProducer(bootstrap_servers=tansu, acks="all")
+    await producer.start()
+    try:
+        value = orjson.dumps(decision(pods, [victim(pods["v-evict"], "evict")], decision_id="cmd/1/high"))
+        await producer.send_and_wait(DECISIONS, value, key=b"default")
+        forged = orjson.dumps(
+            decision(pods, [victim(pods["v-delete"], "delete")], key=b"wrong", decision_id="x")
+        )
+        await producer.send_and_wait(DECISIONS, forged, key=b"default")
+    finally:
+        await producer.stop()
+    port = broker_mod.free_loopback_port()
+    async with command(
+        "actuator", "--broker", f"kafka://{tansu}", "--kubeconfig", str(kubeconfig(tmp_path, api)),
+        "--hmac-key-file", str(key_file), "--lease-name", "preemptctl-actuator", "--lease-namespace", "ops",
+        "--identity", "actuator-0", "--ledger-file", str(tmp_path / "ledger.jsonl"),
+        "--health-port", str(port), "--health-host", "127.0.0.1",
+    ) as process:  # fmt: skip
+        await until(lambda: ready(port), "actuator ready", process)
+
+        async def acted() -> bool:
+            return await metric(port, "preemptctl_actuator_dead_letters_total") >= 1 and bool(
+                [c for c in fake.writes() if c.subresource == "eviction"]
+            )
+
+        await until(acted, "actuator acted", process)
+        outcomes = await read_raw(
+            tansu, EVICTIONS, lambda records: any(b"cmd/1/high" in v for _, v in records)
+        )
+        assert await metric(port, "preemptctl_leader") == 1
+        await stop(process)
+    held = fake.get("pods", "default", "v-evict")
+    assert held is not None and held["metadata"]["deletionTimestamp"]
+    assert pod_untouched(fake, "v-delete")
+    (outcome,) = [orjson.loads(v) for _, v in outcomes if b"cmd/1/high" in v]
+    assert (outcome["result"], outcome["victim"]["name"]) == ("done", "v-evict")
+    lease = fake.get("leases", "ops", "preemptctl-actuator")
+    assert lease is not None and lease["spec"]["holderIdentity"] == ""  # released on SIGTERM
+    ledger = [orjson.loads(line) for line in (tmp_path / "ledger.jsonl").read_bytes().splitlines()]
+    assert {
+        "decisionId": "cmd/1/high",
+        "subject": pods["v-evict"]["metadata"]["uid"],
+        "state": "recorded",
+    } in ledger
+
+
+def pod_untouched(fake: FakeApi, name: str) -> bool:
+    return not [c for c in fake.writes() if c.plural == "pods" and c.name == name]

@@ -1,0 +1,91 @@
+"""The probe and metrics endpoints, and the source's and actuator's command lines."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from streams import actuator, health, source
+from streams.errors import UsageError
+
+
+async def test_probes_and_metrics() -> None:
+    state = health.Health("test-component")
+    stalled: list[str] = []
+    state.add_liveness("publisher", lambda: stalled[0] if stalled else None)
+    async with (
+        health.HealthServer(state, host="127.0.0.1", port=0) as server,
+        aiohttp.ClientSession() as http,
+    ):
+        base = f"http://127.0.0.1:{server.port}"
+
+        async def get(path: str) -> tuple[int, str]:
+            async with http.get(base + path) as response:
+                return response.status, await response.text()
+
+        assert await get("/livez") == (200, "ok\n")
+        assert (await get("/readyz"))[0] == 503  # not ready until the component says so
+        state.set_ready()
+        assert await get("/readyz") == (200, "ok\n")
+        stalled.append("no progress for 120 s")
+        assert await get("/livez") == (503, "publisher: no progress for 120 s\n")
+        status, metrics = await get("/metrics")
+        assert status == 200
+        assert 'preemptctl_ready{component="test-component"} 1.0' in metrics
+        assert "preemptctl_build_info{" in metrics
+        # Metrics of the components are in the same registry, with units and _total.
+        assert "# TYPE preemptctl_source_events_total counter" in metrics
+        assert "# TYPE preemptctl_actuator_outcomes_total counter" in metrics
+        assert "# TYPE preemptctl_source_send_duration_seconds histogram" in metrics
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="preemptctl")
+    sub = top.add_subparsers(dest="command")
+    source.register(sub)
+    actuator.register(sub)
+    return top
+
+
+def test_source_command_line() -> None:
+    args = parser().parse_args(
+        ["source", "--broker", "kafka://k:9092", "--namespace", "a,b", "--namespace", "c",
+         "--label-selector", "tier=batch", "--scheduler-name", "batch", "--tick-seconds", "2",
+         "--cluster", "eu1", "--kubeconfig", "/kube/config", "--health-port", "0"]
+    )  # fmt: skip
+    assert args.func is source.cmd_source
+    assert (args.namespace, args.label_selector, args.scheduler_name) == (["a,b", "c"], "tier=batch", "batch")
+    assert (args.tick_seconds, args.cluster, args.kubeconfig, args.health_port) == (
+        2.0,
+        "eu1",
+        "/kube/config",
+        0,
+    )
+    with pytest.raises(UsageError, match="expected kafka://host:port"):
+        source.cmd_source(parser().parse_args(["source", "--broker", "localhost:9092"]))
+    with pytest.raises(SystemExit):
+        parser().parse_args(["source", "--broker", "kafka://k:9092", "--tick-seconds", "0"])
+
+
+def test_actuator_command_line(tmp_path: Path) -> None:
+    args = parser().parse_args(
+        ["actuator", "--broker", "kafka://k:9092", "--dry-run", "--hmac-key-file", "/k", "--lease-name", "l",
+         "--lease-namespace", "ns", "--identity", "me", "--ledger-file", "/var/lib/l.jsonl"]
+    )  # fmt: skip
+    assert args.func is actuator.cmd_actuator
+    assert (args.dry_run, args.lease_name, args.lease_namespace, args.identity) == (True, "l", "ns", "me")
+    with pytest.raises(UsageError, match="cannot read --hmac-key-file"):
+        actuator.cmd_actuator(args)
+    empty = tmp_path / "empty.key"
+    empty.write_text("\n")
+    with pytest.raises(UsageError, match="is empty"):
+        actuator.cmd_actuator(
+            parser().parse_args(["actuator", "--broker", "kafka://k:1", "--hmac-key-file", str(empty)])
+        )
+    with pytest.raises(UsageError, match="go together"):
+        actuator.cmd_actuator(
+            parser().parse_args(["actuator", "--broker", "kafka://k:1", "--lease-name", "l"])
+        )

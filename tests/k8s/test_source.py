@@ -1,0 +1,386 @@
+"""The source against a kmock API server: list, watch, 410, bookmarks, ticks, backoff, scope, batching.
+
+The first two scenarios write to a real (embedded tansu) broker and read the
+topic back; the rest capture records in memory, which is the same code path
+behind the sink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from kubernetes_asyncio import client
+from prometheus_client import REGISTRY
+
+from streams import broker as broker_mod
+from streams import kube, source
+from streams.sink import KafkaSink, MemorySink, RecordSink
+from tests.k8s import objects
+from tests.k8s.conftest import fresh_topic
+from tests.k8s.fakeapi import KINDS, FakeApi
+
+SCHEMA = json.loads(
+    (Path(source.__file__).parent.parent / "schemas" / "cluster-events.schema.json").read_text()
+)
+# Long enough for any step of a scenario on a loaded CI machine; a hang fails instead of stalling.
+STEP_TIMEOUT_S = 10.0
+# No TICK unless a test asks for one.
+NO_TICKS = 3600.0
+
+Event = dict[str, Any]
+PLURALS = {k.kind: plural for plural, k in KINDS.items()}
+
+
+def fast_backoff() -> kube.Backoff:
+    return kube.Backoff(initial_s=0.01, max_s=0.05, jitter=0.0)
+
+
+def seed(fake: FakeApi) -> None:
+    fake.create("nodes", objects.node("n1"))
+    fake.create("nodes", objects.node("n2"))
+    fake.create("priorityclasses", objects.priority_class("high", 1000))
+    fake.create("poddisruptionbudgets", objects.pdb("web"))
+    fake.create("elasticquotas", objects.elastic_quota("team"))
+    fake.create("pods", objects.pod("a", node="n1", labels={"app": "web"}))
+    fake.create("pods", objects.pod("b", node="n2"))
+    fake.create("pods", objects.pod("c", node="n2"))
+
+
+@asynccontextmanager
+async def running(api: client.ApiClient, sink: RecordSink, **kwargs: Any) -> AsyncIterator[source.Source]:
+    kwargs.setdefault("tick_seconds", NO_TICKS)
+    kwargs.setdefault("backoff", fast_backoff)
+    src = source.Source(api, sink, **kwargs)
+    task = asyncio.create_task(src.run())
+    try:
+        await asyncio.wait_for(src.ready.wait(), STEP_TIMEOUT_S)
+        yield src
+    finally:
+        src.stop()
+        await asyncio.wait_for(task, STEP_TIMEOUT_S)
+
+
+def memory_events(sink: MemorySink) -> list[Event]:
+    return [e for r in sink.records for e in orjson.loads(r.value)["events"]]
+
+
+async def wait_events(sink: MemorySink, until: Callable[[list[Event]], bool]) -> list[Event]:
+    await sink.wait_for(lambda _: until(memory_events(sink)), timeout=STEP_TIMEOUT_S)
+    return memory_events(sink)
+
+
+async def read_raw(
+    bootstrap: str, topic: str, until: Callable[[list[tuple[bytes | None, bytes]]], bool]
+) -> list[tuple[bytes | None, bytes]]:
+    """Consume partition 0 from the start until `until(records)` holds; (key, value) pairs."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        raw: list[tuple[bytes | None, bytes]] = []
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while not until(raw):
+            assert time.monotonic() < deadline, f"timed out with {len(raw)} records: {raw[-2:]}"
+            batch = await consumer.getmany(tp, timeout_ms=100)
+            raw += [(m.key, m.value) for m in batch.get(tp, []) if m.value is not None]
+        return raw
+    finally:
+        await consumer.stop()
+
+
+def batch_events(raw: list[tuple[bytes | None, bytes]]) -> list[Event]:
+    return [e for _, value in raw for e in orjson.loads(value)["events"]]
+
+
+async def read_topic(
+    bootstrap: str, topic: str, until: Callable[[list[Event]], bool]
+) -> tuple[list[Event], list[tuple[bytes | None, bytes]]]:
+    """Consume cluster-events batches until `until(events)` holds."""
+    raw = await read_raw(bootstrap, topic, lambda records: until(batch_events(records)))
+    return batch_events(raw), raw
+
+
+async def watching(fake: FakeApi, plural: str) -> None:
+    """Wait until the source has a watch open on `plural`."""
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    while not fake.open_watches(plural):
+        assert time.monotonic() < deadline, f"no watch on {plural}"
+        await asyncio.sleep(0.01)
+
+
+def names(events: list[Event], event_type: str | None = None) -> list[tuple[str, str]]:
+    return [
+        (e["object"]["kind"], e["object"]["metadata"]["name"])
+        for e in events
+        if "object" in e and (event_type is None or e["type"] == event_type)
+    ]
+
+
+def deleted(name: str) -> Callable[[list[Event]], bool]:
+    return lambda events: ("Pod", name) in names(events, "DELETED")
+
+
+# ---- through a real broker ------------------------------------------------------------
+
+
+async def test_initial_list_and_watch_reach_the_log(
+    served: tuple[FakeApi, client.ApiClient], tansu: str
+) -> None:
+    fake, api = served
+    seed(fake)
+    topic = fresh_topic("cluster-events")
+    await broker_mod.ensure_topics(tansu, [broker_mod.TopicSpec(topic)])
+    async with (
+        KafkaSink(tansu) as sink,
+        running(api, sink, scope=source.Scope(cluster="prod-eu1"), topic=topic),
+    ):
+        fake.create("pods", objects.pod("d", node="n1"))
+        fake.modify("pods", "default", "d", {"status": {"phase": "Succeeded"}})
+        fake.remove("pods", "default", "d")
+        events, raw = await read_topic(tansu, topic, deleted("d"))
+
+    listed = {
+        ("Node", "n1"), ("Node", "n2"), ("PriorityClass", "high"), ("PodDisruptionBudget", "web"),
+        ("ElasticQuota", "team"), ("Pod", "a"), ("Pod", "b"), ("Pod", "c"),
+    }  # fmt: skip
+    assert events[0]["type"] == "RESYNC" and "object" not in events[0]
+    initial = events[1 : 1 + len(listed)]
+    assert {e["type"] for e in initial} == {"ADDED"}
+    assert set(names(initial)) == listed
+    # Nodes come before pods, so a relist restates capacity before what uses it.
+    assert names(initial).index(("Node", "n1")) < names(initial).index(("Pod", "a"))
+    for event in initial:
+        obj = event["object"]
+        held = fake.get(PLURALS[obj["kind"]], obj["metadata"].get("namespace"), obj["metadata"]["name"])
+        assert held is not None
+        assert obj["apiVersion"] and obj["metadata"]["uid"] == held["metadata"]["uid"]
+        assert obj["metadata"]["resourceVersion"] == held["metadata"]["resourceVersion"]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events[1 + len(listed) :]] == [
+        ("ADDED", "d"),
+        ("MODIFIED", "d"),
+        ("DELETED", "d"),
+    ]
+    assert events[-2]["object"]["status"]["phase"] == "Succeeded"  # the raw object, as the API sent it
+    assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
+    for key, value in raw:
+        assert key == b"prod-eu1"
+        record = orjson.loads(value)
+        jsonschema.validate(record, SCHEMA)
+        assert record["v"] == 1 and record["cluster"] == "prod-eu1"
+
+
+async def test_410_relists_with_resync_and_tombstones(
+    served: tuple[FakeApi, client.ApiClient], tansu: str
+) -> None:
+    fake, api = served
+    seed(fake)
+    topic = fresh_topic("cluster-events-410")
+    await broker_mod.ensure_topics(tansu, [broker_mod.TopicSpec(topic)])
+    old_c = fake.get("pods", "default", "c")
+    assert old_c is not None
+    expired = REGISTRY.get_sample_value("preemptctl_source_resyncs_total", {"reason": "expired"}) or 0.0
+    async with KafkaSink(tansu) as sink, running(api, sink, topic=topic):
+        # The gap: the watch stops hearing, pods come and go, then its history is compacted.
+        fake.pause_watches()
+        fake.remove("pods", "default", "a")
+        fake.remove("pods", "default", "b")
+        fake.remove("pods", "default", "c")
+        fake.create("pods", objects.pod("c", node="n2"))  # same name, new uid
+        fake.create("pods", objects.pod("e", node="n1"))
+        list_version = fake.rv
+        fake.expire_watches()
+        events, _ = await read_topic(
+            tansu, topic, lambda evs: [e["type"] for e in evs].count("RESYNC") == 2 and deleted("b")(evs)
+        )
+        # Watches resumed after the relist: later changes still arrive.
+        fake.create("pods", objects.pod("f", node="n1"))
+        events, _ = await read_topic(tansu, topic, lambda evs: ("Pod", "f") in names(evs, "ADDED"))
+
+    assert REGISTRY.get_sample_value("preemptctl_source_resyncs_total", {"reason": "expired"}) == expired + 1
+    second = [i for i, e in enumerate(events) if e["type"] == "RESYNC"][1]
+    relist = events[second + 1 :]
+    # RESYNC, then the full relist as one ADDED run, then the tombstones.
+    added = list(itertools.takewhile(lambda e: e["type"] == "ADDED", relist))
+    tombstones = list(itertools.takewhile(lambda e: e["type"] == "DELETED", relist[len(added) :]))
+    assert set(names(added)) >= {("Pod", "c"), ("Pod", "e"), ("Node", "n1"), ("ElasticQuota", "team")}
+    assert ("Pod", "a") not in names(added) and ("Pod", "b") not in names(added)
+    assert sorted(names(tombstones)) == [("Pod", "a"), ("Pod", "b"), ("Pod", "c")]
+    old_uid = old_c["metadata"]["uid"]
+    assert old_uid in {e["object"]["metadata"]["uid"] for e in tombstones}
+    assert old_uid not in {e["object"]["metadata"]["uid"] for e in added}
+    for tombstone in tombstones:
+        # Newer than anything seen before the gap, so an idempotent fold applies it.
+        assert int(tombstone["object"]["metadata"]["resourceVersion"]) >= list_version
+        assert tombstone["object"]["apiVersion"] == "v1" and tombstone["object"]["metadata"]["namespace"]
+    # Nothing from inside the gap leaked out of the paused watch.
+    before = events[:second]
+    assert ("Pod", "e") not in names(before) and not names(before, "DELETED")
+    assert ("Pod", "f") in names(relist, "ADDED")
+
+
+# ---- in memory ------------------------------------------------------------------------
+
+
+async def test_bookmarks_move_the_version_and_write_nothing(served: tuple[FakeApi, client.ApiClient]) -> None:
+    fake, api = served
+    seed(fake)
+    sink = MemorySink()
+    async with running(api, sink, watch_timeout_s=1):
+        await watching(fake, "pods")
+        version = fake.bookmark()
+        # The server ends each watch after timeoutSeconds; the source must resume from the bookmark.
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while not [
+            c for c in fake.calls if c.plural == "pods" and c.params.get("resourceVersion") == str(version)
+        ]:
+            assert time.monotonic() < deadline, "no watch resumed from the bookmark's version"
+            await asyncio.sleep(0.05)
+        fake.create("pods", objects.pod("g", node="n1"))
+        events = await wait_events(sink, lambda evs: ("Pod", "g") in names(evs))
+    assert "BOOKMARK" not in {e["type"] for e in events}
+    assert [e["type"] for e in events].count("RESYNC") == 1  # resumed, not relisted
+
+
+async def test_ticks_advance_the_clock_while_idle(served: tuple[FakeApi, client.ApiClient]) -> None:
+    fake, api = served
+    seed(fake)
+    sink = MemorySink()
+    async with running(api, sink, tick_seconds=0.05):
+        events = await wait_events(sink, lambda evs: [e["type"] for e in evs].count("TICK") >= 3)
+    ticks = [e for e in events if e["type"] == "TICK"]
+    assert all("object" not in e for e in ticks)
+    assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
+    # Idle: one event per record.
+    assert all(len(orjson.loads(r.value)["events"]) == 1 for r in sink.records[-3:])
+
+
+async def test_api_errors_back_off_then_recover(served: tuple[FakeApi, client.ApiClient]) -> None:
+    fake, api = served
+    seed(fake)
+    fake.fail("GET", "pods", 500, times=3)
+    delays: list[float] = []
+
+    class Recording(kube.Backoff):
+        def delay(self) -> float:
+            delays.append(super().delay())
+            return delays[-1]
+
+    sink = MemorySink()
+    async with running(api, sink, backoff=lambda: Recording(initial_s=0.01, max_s=1.0, jitter=0.0)):
+        fake.fail("GET", "nodes", 503)  # a watch failing later is retried too
+        fake.create("pods", objects.pod("h", node="n1"))
+        events = await wait_events(sink, lambda evs: ("Pod", "h") in names(evs))
+    assert [round(d, 3) for d in delays[:3]] == [0.01, 0.02, 0.04]  # exponential
+    assert len([c for c in fake.calls if c.plural == "pods" and "watch" not in c.params]) == 4
+    assert ("Pod", "a") in names(events, "ADDED")
+
+
+async def test_without_the_elastic_quota_crd(served_without_quotas: tuple[FakeApi, client.ApiClient]) -> None:
+    fake, api = served_without_quotas
+    fake.create("nodes", objects.node("n1"))
+    fake.create("pods", objects.pod("a", node="n1"))
+    sink = MemorySink()
+    async with running(api, sink):
+        events = memory_events(sink)
+    assert names(events) == [("Node", "n1"), ("Pod", "a")]
+    assert not [c for c in fake.calls if c.plural == "elasticquotas"]
+
+
+async def test_quota_crd_installed_later_is_noticed(
+    served_without_quotas: tuple[FakeApi, client.ApiClient],
+) -> None:
+    fake, api = served_without_quotas
+    fake.create("nodes", objects.node("n1"))
+    fake.create("elasticquotas", objects.elastic_quota("team"))
+    sink = MemorySink()
+    async with running(api, sink, crd_recheck_s=0.05):
+        assert ("ElasticQuota", "team") not in names(memory_events(sink))
+        fake.serve("elasticquotas")
+        events = await wait_events(sink, lambda evs: ("ElasticQuota", "team") in names(evs))
+    assert [e["type"] for e in events].count("RESYNC") == 2
+
+
+async def test_scope_namespaces_selector_and_scheduler(served: tuple[FakeApi, client.ApiClient]) -> None:
+    fake, api = served
+    fake.create("nodes", objects.node("n1"))
+    fake.create("poddisruptionbudgets", objects.pdb("web", namespace="team-a"))
+    fake.create("poddisruptionbudgets", objects.pdb("web", namespace="team-b"))
+    batch = {"tier": "batch"}
+    fake.create("pods", objects.pod("mine", namespace="team-a", scheduler="batch", labels=batch))
+    fake.create("pods", objects.pod("theirs", namespace="team-a", labels=batch))  # default-scheduler, pending
+    fake.create("pods", objects.pod("bound", namespace="team-a", node="n1", labels=batch))
+    fake.create("pods", objects.pod("unlabelled", namespace="team-a", node="n1"))
+    fake.create("pods", objects.pod("elsewhere", namespace="team-b", node="n1", labels=batch))
+    scope = source.Scope(namespaces=("team-a",), label_selector="tier=batch", scheduler_name="batch")
+    sink = MemorySink()
+    async with running(api, sink, scope=scope):
+        initial = names(memory_events(sink))
+        # kube-scheduler binds its pod: it now uses capacity, so it enters the log as ADDED.
+        fake.modify("pods", "team-a", "theirs", {"spec": {"nodeName": "n1"}})
+        events = await wait_events(sink, lambda evs: ("Pod", "theirs") in names(evs))
+    assert sorted(initial) == [
+        ("Node", "n1"),
+        ("Pod", "bound"),
+        ("Pod", "mine"),
+        ("PodDisruptionBudget", "web"),
+    ]
+    assert events[-1]["type"] == "ADDED" and events[-1]["object"]["metadata"]["name"] == "theirs"
+    paths = {(c.plural, c.namespace) for c in fake.calls}
+    assert ("pods", "team-a") in paths and ("pods", None) not in paths and ("nodes", None) in paths
+    assert all(c.params.get("labelSelector") == "tier=batch" for c in fake.calls if c.plural == "pods")
+
+
+async def test_lists_are_paginated(served: tuple[FakeApi, client.ApiClient]) -> None:
+    fake, api = served
+    fake.create("nodes", objects.node("n1"))
+    for i in range(7):
+        fake.create("pods", objects.pod(f"p{i}", node="n1"))
+    sink = MemorySink()
+    async with running(api, sink, page_size=3):
+        events = memory_events(sink)
+    assert sorted(n for k, n in names(events) if k == "Pod") == [f"p{i}" for i in range(7)]
+    pages = [c for c in fake.calls if c.plural == "pods" and "watch" not in c.params]
+    assert [c.params.get("continue") for c in pages] == [None, "3", "6"]
+
+
+# ---- batching -------------------------------------------------------------------------
+
+
+class SlowSink(MemorySink):
+    """A sink whose writes take a while, as a broker's round trip does."""
+
+    async def send(self, topic: str, value: bytes, *, key: bytes | None = None, headers: Any = ()) -> None:
+        await asyncio.sleep(0.002)
+        await super().send(topic, value, key=key, headers=headers)
+
+
+async def test_publisher_batches_under_load_and_not_when_idle() -> None:
+    sink = SlowSink()
+    publisher = source.Publisher(sink, cluster="c", max_record_bytes=4096)
+    task = asyncio.create_task(publisher.run())
+    try:
+        for i in range(1000):
+            await publisher.put({"ts": "2026-01-01T00:00:00Z", "type": "TICK", "i": i})
+        await asyncio.wait_for(publisher.flush(), STEP_TIMEOUT_S)
+        loaded = list(sink.records)
+        await publisher.put({"ts": "2026-01-01T00:00:01Z", "type": "TICK", "i": 1000})
+        await asyncio.wait_for(publisher.flush(), STEP_TIMEOUT_S)
+    finally:
+        task.cancel()
+    batches = [orjson.loads(r.value) for r in loaded]
+    assert [e["i"] for b in batches for e in b["events"]] == list(range(1000))  # in order, none lost
+    assert len(batches) < 100 and all(len(r.value) <= 4096 + 64 for r in loaded)
+    assert len(orjson.loads(sink.records[-1].value)["events"]) == 1
+    assert {r.key for r in sink.records} == {b"c"}
