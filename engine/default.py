@@ -19,7 +19,7 @@ from typing import Any
 
 from engine import placement, resources, timeutil, toleration
 from engine.cluster import Cluster, NodeState
-from engine.objects import PREEMPT_NEVER, Pod
+from engine.objects import PREEMPT_NEVER, QOS_NAMES, Pod
 from engine.resources import Resources
 
 FITS, CANDIDATE, REJECTED = 0, 1, 2
@@ -49,6 +49,9 @@ class NodeEval:
     violations: int = 0
     key: tuple[int, ...] = ()
     expires: int | None = None  # a toleration window closes: re-evaluate after this instant
+    # Every eligible lower-priority pod with its PDB flag, in the order the reprieve tried them:
+    # what lets an explanation say why one neighbour was evicted and another given back.
+    potential: list[tuple[Pod, bool]] = field(default_factory=list)
 
 
 def importance(cluster: Cluster, pod: Pod) -> tuple[int, int, int, str]:
@@ -142,10 +145,12 @@ def evaluate_node(cluster: Cluster, state: NodeState, pre: Preemptor, now: int) 
     violating = pdb_violating(cluster, potential)
     victims: list[Pod] = []
     violations = 0
+    tried: list[tuple[Pod, bool]] = []
     for first_pass in (True, False):
         for pod, v in zip(potential, violating, strict=True):
             if v != first_pass:
                 continue
+            tried.append((pod, v))
             resources.sub(free, pod.requests)
             if not resources.fits(pre.requests, free):
                 resources.add(free, pod.requests)
@@ -159,6 +164,7 @@ def evaluate_node(cluster: Cluster, state: NodeState, pre: Preemptor, now: int) 
         violations=violations,
         key=rank_key(cluster, victims, violations),
         expires=expires,
+        potential=tried,
     )
 
 
@@ -178,12 +184,16 @@ def rank_key(cluster: Cluster, victims: Sequence[Pod], violations: int) -> tuple
     )
 
 
-def criteria(ev: NodeEval, cluster: Cluster) -> dict[str, Any]:
-    """A candidate's ranking values, by name, for the explanation."""
+def criteria(ev: NodeEval, cluster: Cluster, *, detail: bool = False) -> dict[str, Any]:
+    """A candidate's ranking values, by name, for the explanation.
+
+    With `detail` (the chosen node only, to keep records small) also every eligible
+    pod there in reprieve order, victim or given back, with what ordered it.
+    """
     prios = [cluster.priority(v) for v in ev.victims]
     highest = max(prios, default=None)
     earliest = min((v.start for v, p in zip(ev.victims, prios, strict=True) if p == highest), default=None)
-    return {
+    out: dict[str, Any] = {
         "node": ev.node,
         "pdbViolations": ev.violations,
         "highestVictimPriority": highest,
@@ -194,6 +204,20 @@ def criteria(ev: NodeEval, cluster: Cluster) -> dict[str, Any]:
         else timeutil.render(earliest),
         "victimPods": [v.namespace + "/" + v.name for v in ev.victims],
     }
+    if detail:
+        evicted = {v.uid for v in ev.victims}
+        out["potentialVictims"] = [
+            {
+                "pod": p.namespace + "/" + p.name,
+                "priority": cluster.priority(p),
+                "qos": QOS_NAMES[p.qos],
+                "start": None if p.start == timeutil.NEVER else timeutil.render(p.start),
+                "pdbViolating": violating,
+                "victim": p.uid in evicted,
+            }
+            for p, violating in ev.potential
+        ]
+    return out
 
 
 def waiting_on_nominated(cluster: Cluster, pre: Preemptor) -> str | None:

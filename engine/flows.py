@@ -119,7 +119,7 @@ def decide_default(
     best = scan.best
     if best is None:
         return make(UNSCHEDULABLE, "no node can make room by evicting lower-priority pods")
-    explanation["chosen"] = default.criteria(best, cluster)
+    explanation["chosen"] = default.criteria(best, cluster, detail=True)
     return make(
         PREEMPT,
         f"preempt {len(best.victims)} pod(s) on {best.node}",

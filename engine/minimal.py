@@ -95,6 +95,7 @@ def evaluate_node(cluster: Cluster, state: NodeState, pre: Preemptor, now: int) 
         violations=best_key[0],
         key=best_key,
         expires=greedy.expires,
+        potential=greedy.potential,
     )
 
 

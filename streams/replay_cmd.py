@@ -66,7 +66,15 @@ def compare(derived: list[dict[str, Any]], recorded: list[dict[str, Any]]) -> li
 
 def _short(value: Any) -> str:
     if isinstance(value, list):
-        return "[" + ", ".join(v.get("name", "?") if isinstance(v, dict) else str(v) for v in value) + "]"
+        # name:action, so a change of action alone (victimAction) is visible in the diff line.
+        return (
+            "["
+            + ", ".join(
+                f"{v.get('name', '?')}:{v.get('action', '?')}" if isinstance(v, dict) else str(v)
+                for v in value
+            )
+            + "]"
+        )
     return str(value)
 
 
@@ -99,7 +107,8 @@ def cmd(args: argparse.Namespace) -> int:
         print(f"skipped bad event #{n}: {reason}", file=sys.stderr)
     rate = result.events / elapsed if elapsed > 0 else 0.0
     print(
-        f"replayed {result.events} events into {len(decisions)} decisions in {elapsed:.2f}s ({rate:,.0f} events/s)",
+        f"replayed {result.events} events into {len(decisions)} decisions "
+        f"in {elapsed:.2f}s ({rate:,.0f} events/s)",
         file=sys.stderr,
     )
     if args.compare:

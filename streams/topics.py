@@ -50,8 +50,9 @@ async def read_all(
         auto_offset_reset="earliest",
         isolation_level="read_committed" if read_committed else "read_uncommitted",
     )
-    await consumer.start()
     try:
+        # Inside the try: a broker that cannot be reached still gets the consumer stopped.
+        await consumer.start()
         deadline = asyncio.get_running_loop().time() + METADATA_TIMEOUT_S
         parts = consumer.partitions_for_topic(topic)
         while not parts:
