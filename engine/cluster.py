@@ -23,6 +23,10 @@ from engine.errors import InvalidObject
 from engine.objects import PREEMPT_LOWER, ElasticQuota, Node, Pdb, Pod, PriorityClass, Record
 from engine.resources import Resources
 
+# Deleted objects remembered (oldest forgotten first) so a re-delivered older event
+# cannot resurrect them; re-delivery reaches back minutes, not millions of deletions.
+MAX_TOMBSTONES = 100_000
+
 
 @dataclass(slots=True)
 class NodeState:
@@ -51,6 +55,8 @@ class Cluster:
         self.pdbs: dict[str, Pdb] = {}
         self.quotas: dict[str, ElasticQuota] = {}
         self._nominated: dict[str, dict[str, Pod]] = {}
+        # Bound pods whose node is not (yet) known: watch order is per kind.
+        self._orphans: dict[str, dict[str, Pod]] = {}
         self._pdbs_by_ns: dict[str, list[Pdb]] = {}
         self._policies: dict[str, toleration.Policy | None] = {}
         self.tombstones: dict[str, str] = {}
@@ -146,6 +152,8 @@ class Cluster:
         elif kind == "Node":
             state = self.nodes.pop(uid, None)
             if state is not None:
+                if state.pods:
+                    self._orphans[uid] = state.pods
                 self.touched.append(uid)
         elif kind == "PriorityClass":
             if self.priority_classes.pop(uid, None) is not None:
@@ -177,11 +185,9 @@ class Cluster:
         if state is None:
             state = NodeState(node)
             self.nodes[node.name] = state
-            # Pods may have been folded before their node (watch order is per kind).
-            for pod in self.pods.values():
-                if pod.node == node.name and not pod.terminal:
-                    state.pods[pod.uid] = pod
-                    resources.add(state.used, pod.requests)
+            for pod in self._orphans.pop(node.name, {}).values():
+                state.pods[pod.uid] = pod
+                resources.add(state.used, pod.requests)
         else:
             state.node = node
         self._touch(node.name)
@@ -198,6 +204,8 @@ class Cluster:
                 if state is not None:
                     state.pods[pod.uid] = pod
                     resources.add(state.used, pod.requests)
+                else:
+                    self._orphans.setdefault(pod.node, {})[pod.uid] = pod
                 self._touch(pod.node)
         elif pod.nominated is not None and not pod.terminal:
             self._nominated.setdefault(pod.nominated, {})[pod.uid] = pod
@@ -211,6 +219,10 @@ class Cluster:
             state = self.nodes.get(old.node)
             if state is not None and state.pods.pop(uid, None) is not None:
                 resources.sub(state.used, old.requests)
+            elif old.node in self._orphans:
+                self._orphans[old.node].pop(uid, None)
+                if not self._orphans[old.node]:
+                    del self._orphans[old.node]
             self._touch(old.node)
         elif old.nominated is not None:
             noms = self._nominated.get(old.nominated)
@@ -269,6 +281,8 @@ class Cluster:
             self.remove(str(kind), record_uid)
             if incoming:
                 self.tombstones[f"{kind}/{record_uid}"] = incoming
+                if len(self.tombstones) > MAX_TOMBSTONES:
+                    del self.tombstones[next(iter(self.tombstones))]
             return True
         record = objects.normalize(obj)
         self.tombstones.pop(f"{kind}/{record_uid}", None)

@@ -164,13 +164,25 @@ def _metadata(obj: Mapping[str, Any], kind: str, *, namespaced: bool) -> tuple[s
     return namespace, name, uid, rv
 
 
+# Parsed amounts by (resource, text): a cluster repeats a handful of request strings
+# millions of times, and parsing is the costliest part of folding a pod event.
+_AMOUNTS: dict[tuple[str, Any], int] = {}
+_AMOUNTS_MAX = 65_536
+
+
 def resources(raw: Any, where: str) -> Resources:
     out: Resources = {}
     for name, value in _mapping(raw, where).items():
+        key = (str(name), value)
         try:
-            out[str(name)] = quantity.amount(str(name), value)
+            amount = _AMOUNTS.get(key) if isinstance(value, (str, int)) else None
+            if amount is None:
+                amount = quantity.amount(key[0], value)
+                if isinstance(value, (str, int)) and len(_AMOUNTS) < _AMOUNTS_MAX:
+                    _AMOUNTS[key] = amount
         except InvalidQuantity as exc:
             raise InvalidObject(f"{where}.{name}: {exc}") from exc
+        out[key[0]] = amount
     return out
 
 

@@ -27,6 +27,7 @@ class ClusterEvent(TypedDict):
     ts: str
     type: EventType
     object: NotRequired[dict[str, Any]]
+    cluster: NotRequired[str]  # in a JSONL trace; inside a record the envelope names the cluster
 
 
 class ClusterEventBatch(TypedDict):

@@ -61,12 +61,14 @@ class Controller:
     prev_hash: str = chain.GENESIS
     decisions: int = 0
     last_seq: int = -1  # sequence number of the last decision record made
+    last_id: str = ""
     nominations: dict[str, Nomination] = field(default_factory=dict)
     leaving: dict[str, int] = field(default_factory=dict)  # victim uid -> expiry of our "leaving" mark
     last: dict[str, str] = field(default_factory=dict)  # preemptor uid -> fingerprint of last record
     waiting: set[str] = field(default_factory=set)
     resync: set[str] | None = None  # keys re-listed since a RESYNC, until it completes
     dirty: dict[str, Mapping[str, Any] | None] = field(default_factory=dict)  # store key -> raw object / None
+    _earliest: int | None = None  # no nomination or leaving mark expires before this
     index: Index = field(init=False)
 
     def __post_init__(self) -> None:
@@ -121,8 +123,8 @@ class Controller:
             else:
                 # Our eviction has not shown up yet: it stays leaving, not a fresh victim again.
                 self.cluster.upsert(dataclasses.replace(pod, deleting=True, disruption_target=True))
-        if pod is None:
-            self.last.pop(uid, None)
+        if pod is None or pod.node is not None:
+            self.last.pop(uid, None)  # bound or gone: its last answer is history
         if pod is None or pod.node is not None or pod.terminal:
             self.nominations.pop(uid, None)
             self.waiting.discard(uid)
@@ -155,6 +157,8 @@ class Controller:
                     self.leaving.pop(key, None)
 
     def _expire(self, now: int) -> None:
+        if self._earliest is None or self._earliest >= now:
+            return  # nothing can have expired: the common case, kept O(1)
         for uid in sorted(u for u, n in self.nominations.items() if n.expires < now):
             del self.nominations[uid]
             pod = self.cluster.pods.get(uid)
@@ -165,6 +169,9 @@ class Controller:
             pod = self.cluster.pods.get(uid)
             if pod is not None:
                 self.cluster.upsert(objects.pod(pod.raw))
+        self._earliest = min(
+            [n.expires for n in self.nominations.values()] + list(self.leaving.values()), default=None
+        )
 
     # ---- deciding ----------------------------------------------------------------------
 
@@ -192,6 +199,7 @@ class Controller:
             if pod is not None and not pod.deleting:
                 self.cluster.upsert(dataclasses.replace(pod, deleting=True, disruption_target=True))
                 self.leaving[v.uid] = expires
+                self._earliest = expires if self._earliest is None else min(self._earliest, expires)
         targets = d.placements or ({d.preemptor_uid: d.node} if d.node else {})
         for member, node in sorted(targets.items()):
             uid = member if member in self.cluster.pods else self._uid_of(member)
@@ -199,6 +207,7 @@ class Controller:
             if pod is None or node is None:
                 continue
             self.nominations[pod.uid] = Nomination(node, decision_id, now, expires)
+            self._earliest = expires if self._earliest is None else min(self._earliest, expires)
             self.cluster.upsert(dataclasses.replace(pod, nominated=node))
 
     def _uid_of(self, key: str) -> str | None:
@@ -211,9 +220,10 @@ class Controller:
     def _record(self, d: Decision, seq: int, now: int, pod: Pod) -> DecisionRecord:
         self.decisions += 1
         self.last_seq = seq
+        self.last_id = f"{self.cluster_name}/{seq}/{pod.uid}"
         rec: dict[str, Any] = {
             "v": VERSION,
-            "id": f"{self.cluster_name}/{seq}/{pod.uid}",
+            "id": self.last_id,
             "cluster": self.cluster_name,
             "seq": seq,
             "ts": timeutil.render(now),
@@ -249,14 +259,14 @@ class Controller:
             "prevHash": self.prev_hash,
             "decisions": self.decisions,
             "lastDecisionSeq": self.last_seq,
-            "nominations": {
-                u: [n.node, n.decision_id, n.since, n.expires] for u, n in sorted(self.nominations.items())
-            },
-            "leaving": dict(sorted(self.leaving.items())),
-            "last": dict(sorted(self.last.items())),
+            "lastDecisionId": self.last_id,
+            # Insertion order is itself a function of the log, so no sorting is needed here.
+            "nominations": self.nominations,  # orjson writes the dataclasses as objects
+            "leaving": self.leaving,
+            "last": self.last,
             "waiting": sorted(self.waiting),
             "resync": None if self.resync is None else sorted(self.resync),
-            "tombstones": dict(sorted(self.cluster.tombstones.items())),
+            "tombstones": self.cluster.tombstones,
         }
 
     @classmethod
@@ -277,14 +287,16 @@ class Controller:
         ctl.prev_hash = str(state["prevHash"])
         ctl.decisions = int(state.get("decisions", 0))
         ctl.last_seq = int(state.get("lastDecisionSeq", -1))
-        ctl.nominations = {
-            u: Nomination(n[0], n[1], int(n[2]), int(n[3])) for u, n in state["nominations"].items()
-        }
+        ctl.last_id = str(state.get("lastDecisionId", ""))
+        ctl.nominations = {u: Nomination(**n) for u, n in state["nominations"].items()}
         ctl.leaving = {u: int(t) for u, t in state["leaving"].items()}
         ctl.last = dict(state["last"])
         ctl.waiting = set(state["waiting"])
         ctl.resync = None if state.get("resync") is None else set(state["resync"])
         ctl.cluster.tombstones.update(state.get("tombstones", {}))
+        ctl._earliest = min(
+            [n.expires for n in ctl.nominations.values()] + list(ctl.leaving.values()), default=None
+        )
         # Re-apply the overlays that are this controller's own knowledge.
         for uid in sorted(ctl.leaving):
             pod = ctl.cluster.pods.get(uid)

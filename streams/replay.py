@@ -7,7 +7,7 @@ simulated cluster in-process and yields the same full log and decision log that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +63,7 @@ def fold(
     return result
 
 
-def simulate(trace: list[Mapping[str, Any]], config: Config, *, key: bytes | None = None) -> Result:
+def simulate(trace: Sequence[Mapping[str, Any]], config: Config, *, key: bytes | None = None) -> Result:
     fleet = Fleet(config, key)
     sim = Simulator(trace)
     result = Result()

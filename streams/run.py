@@ -132,9 +132,8 @@ class Run:
             tp = TopicPartition(records.DECISIONS, 0)
             consumer.assign([tp])
             await consumer.seek_to_end(tp)  # a shared broker may hold earlier runs' decisions
-            for event in self.sim:
-                event = dict(event)
-                event.setdefault("cluster", DEFAULT_CLUSTER)
+            for sim_event in self.sim:
+                event: dict[str, Any] = {"cluster": DEFAULT_CLUSTER, **sim_event}
                 predicted = self.fleet.handle(event)
                 await self._add(producer, event)
                 self.events += 1
@@ -201,7 +200,18 @@ class Run:
 def start_worker(
     url: str, store_dir: Path, config_path: str | None, key_path: str | None
 ) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", url, "--store-dir", str(store_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streams.cli",
+        "worker",
+        "--broker",
+        url,
+        "--store-dir",
+        str(store_dir),
+        "--health-port",
+        "0",
+    ]
     if config_path:
         cmd += ["--config", config_path]
     if key_path:
@@ -278,7 +288,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the whole pipeline on an embedded broker and a simulated cluster",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  preemptctl run                                   bundled example trace, Ctrl-C to stop\n"
+        epilog="examples:\n  preemptctl run                    bundled example trace, Ctrl-C to stop\n"
         "  preemptctl run --trace t.jsonl --until-idle --decisions-out d.jsonl\n"
         "  preemptctl run --broker kafka://127.0.0.1:9092 --until-idle",
     )

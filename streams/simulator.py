@@ -62,6 +62,9 @@ class Simulator:
         self._index = Index(self.view)
         self.raw: dict[str, dict[str, Any]] = {}  # pod uid -> the API's current raw pod
         self._applied: set[int] = set()  # queue entries already applied to the view
+        self._unnominated: set[str] = set()  # pending pods without a nomination
+        self._arrived: set[str] = set()  # pods that became or stayed pending since the last pass
+        self._freed: set[str] = set()  # nodes whose free capacity may have grown
         self._now = self._queue[0][0] if self._queue else 0
         self._last_tick = self._now
 
@@ -96,28 +99,49 @@ class Simulator:
                 self._observe(event)
             self._applied.discard(n)
             yield event  # type: ignore[misc]
-            if event["type"] in ("ADDED", "MODIFIED", "DELETED") and event["object"].get("kind") in (
-                "Pod",
-                "Node",
-            ):
+            if self._freed or self._arrived:
                 self._schedule()
 
     def _observe(self, event: Mapping[str, Any]) -> None:
+        """Apply an event to the view and note what the scheduler must look at next.
+
+        Only capacity that grew (a pod gone or finished, a node added or changed) can
+        let a waiting pod bind, and only a pod that just became pending needs a first
+        look; tracking both keeps each pass to the pods that could change.
+        """
         if event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
             return
         obj = event["object"]
+        kind = obj.get("kind")
         try:
+            key = cluster_mod.table_key(obj)
+            old = self.view.pods.get(key) if kind == "Pod" else None
             if event["type"] == "DELETED":
-                self.view.remove(str(obj.get("kind")), cluster_mod.table_key(obj))
-                if obj.get("kind") == "Pod":
-                    self.raw.pop(objects.object_uid(obj), None)
+                self.view.remove(str(kind), key)
+                if kind == "Pod":
+                    self.raw.pop(key, None)
+                    self._unnominated.discard(key)
+                    if old is not None and old.node is not None:
+                        self._freed.add(old.node)
                 return
             record = objects.normalize(obj)
-        except Exception:
+        except Exception:  # malformed input is the controller's to dead-letter, not the cluster's
             return
         self.view.upsert(record)
         if isinstance(record, Pod):
             self.raw[record.uid] = copy.deepcopy(dict(obj))
+            if record.node is None and not record.terminal:
+                if record.nominated is None:
+                    self._unnominated.add(record.uid)
+                else:
+                    self._unnominated.discard(record.uid)
+                self._arrived.add(record.uid)
+            else:
+                self._unnominated.discard(record.uid)
+                if record.node is not None and record.terminal and not (old is not None and old.terminal):
+                    self._freed.add(record.node)
+        elif kind == "Node":
+            self._freed.add(str(obj["metadata"]["name"]))
 
     def _emit(self, kind: str, obj: dict[str, Any], *, at: int, origin: int) -> None:
         event = {"ts": timeutil.render(at), "type": kind, "object": obj, "cluster": self.cluster}
@@ -190,8 +214,16 @@ class Simulator:
 
     def _schedule(self) -> None:
         """kube-scheduler's part: bind what fits now, mark the rest Unschedulable (once)."""
+        look = set(self._arrived)
+        if self._freed:
+            look |= self._unnominated
+            for node in self._freed:
+                look |= set(self.view.nominated_on(node))
+        self._arrived.clear()
+        self._freed.clear()
+        pods = [self.view.pods[u] for u in look if u in self.view.pods]
         pending = sorted(
-            (p for p in self.view.pending() if not p.deleting),
+            (p for p in pods if p.node is None and not p.terminal and not p.deleting),
             key=lambda p: (-self.view.priority(p), p.created or 0, p.uid),
         )
         for pod in pending:

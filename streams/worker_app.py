@@ -26,6 +26,7 @@ from engine.errors import InvalidConfig
 from schemas import records
 from schemas.records import DecisionRecord
 from streams import broker as broker_mod
+from streams import health as health_mod
 from streams import topics
 from streams.errors import UsageError
 from streams.worker import PartitionWorker, last_visible_decisions
@@ -48,6 +49,8 @@ def build_app(
     key: bytes | None,
     guarantee: str,
     app_id: str = "preemptctl-worker",
+    health_host: str = health_mod.DEFAULT_HOST,
+    health_port: int | None = None,
 ) -> faust.App:
     app = faust.App(
         app_id,
@@ -120,6 +123,16 @@ def build_app(
         )
         return worker
 
+    health = health_mod.Health("worker")
+
+    if health_port is not None:
+
+        async def serve_health() -> None:
+            # Ready once the group is joined and the assigned partitions' state is recovered.
+            await health_mod.HealthServer(health, host=health_host, port=health_port).start()
+
+        app.task(serve_health)
+
     @app.agent(events_topic)
     async def fold(stream: Any) -> None:
         async for event in stream.events():
@@ -148,6 +161,7 @@ def build_app(
             if tp.topic != records.CLUSTER_EVENTS:
                 continue
             await open_partition(tp.partition)
+        health.set_ready()
 
     @app.on_partitions_revoked.connect
     async def on_revoked(sender: Any, /, *args: Any, signal: Any = None, **kwargs: Any) -> None:
@@ -170,6 +184,8 @@ def cmd(args: argparse.Namespace) -> int:
         key=key,
         guarantee=args.processing_guarantee,
         app_id=args.group,
+        health_host=args.health_host,
+        health_port=args.health_port,
     )
     worker = faust.Worker(app, loglevel=args.log_level, quiet=True)
     worker.execute_from_commandline()
@@ -191,7 +207,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="fold cluster-events and emit decisions (faust app)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  preemptctl worker --broker kafka://127.0.0.1:9092 --store-dir /var/lib/preemptctl",
+        epilog="example:\n  preemptctl worker --broker kafka://127.0.0.1:9092 --store-dir /var/lib/pc",
     )
     p.add_argument("--broker", required=True, help="kafka://host:port")
     p.add_argument(
@@ -204,4 +220,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--group", default="preemptctl-worker", help="consumer group / faust app id")
     p.add_argument("--log-level", default="warning")
+    health_mod.add_arguments(p)
     p.set_defaults(func=cmd)

@@ -73,6 +73,8 @@ def start_worker(
         guarantee,
         "--log-level",
         "info",
+        "--health-port",
+        "0",
     ]
     return subprocess.Popen(
         cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=dict(os.environ)

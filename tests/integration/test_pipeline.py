@@ -32,7 +32,7 @@ def _expected(trace: list[dict[str, Any]], cluster: str) -> replay.Result:
 
 
 def test_examples_1_to_4_through_run(broker: str, tmp_path: Path) -> None:
-    """`preemptctl run`'s loop on each broker: the seed's four stories, byte-identical to replay --simulate."""
+    """`preemptctl run`'s loop on each broker: the seed's four stories, identical to replay --simulate."""
     cluster = _cluster()
     trace = pipeline.with_cluster(traces.example(), cluster)
     asyncio.run(pipeline.produce(broker, cluster, []))  # creates the topics before the worker subscribes
