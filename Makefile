@@ -31,11 +31,12 @@ conformance: $(STAMP)
 
 test: lint unit conformance
 
-kafka: $(STAMP)
-	$(BIN)/python -m streams.kafka_local
+kafka: $(STAMP)  ## single-node Apache Kafka (KRaft) on loopback until Ctrl-C; needs java 17+ and mvn
+	$(BIN)/python -m streams.kafka_local --create-topics
 
 bench: $(STAMP)
 	$(BIN)/preemptctl bench engine --nodes 5000 --output json
+	$(BIN)/preemptctl bench pipeline --output json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

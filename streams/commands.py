@@ -4,13 +4,30 @@ from __future__ import annotations
 
 import argparse
 
-from streams import bench_engine, replay_cmd, run, worker_app
+from streams import (
+    actuator,
+    audit,
+    bench_engine,
+    bench_pipeline,
+    explain,
+    export,
+    replay_cmd,
+    run,
+    source,
+    worker_app,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser("bench", help="benchmarks (engine, pipeline)", description="Run a benchmark.")
     kinds = bench.add_subparsers(dest="bench", metavar="KIND")
     bench_engine.register(kinds)
+    bench_pipeline.register(kinds)
+    source.register(sub)
     worker_app.register(sub)
+    actuator.register(sub)
     run.register(sub)
     replay_cmd.register(sub)
+    audit.register(sub)
+    export.register(sub)
+    explain.register(sub)
