@@ -44,6 +44,13 @@ def test_examples_1_to_4_through_run(broker: str, tmp_path: Path) -> None:
         stop_worker(worker)
     want = _expected(traces.example(), cluster).decisions
     assert (tmp_path / "d.jsonl").read_bytes() == b"".join(orjson.dumps(d) + b"\n" for d in want)
+    # The log run wrote to cluster-events, read back from the topic, replays to the same decisions.
+    from streams import logio
+
+    written = [
+        e for e in logio.read_events(f"kafka://{broker}/preemption.cluster-events") if e["cluster"] == cluster
+    ]
+    assert replay.fold(written, Config()).decisions == want
     story = [
         (
             d["preemptor"],
@@ -75,13 +82,13 @@ def test_examples_1_to_4_through_run(broker: str, tmp_path: Path) -> None:
     ]
 
 
-def test_basic_200_nodes_one_decision_per_preemptor(tansu_broker: str, tmp_path: Path) -> None:
+def test_basic_200_nodes_one_decision_per_preemptor(broker: str, tmp_path: Path) -> None:
     cluster = _cluster()
     expected = _expected(traces.basic(200), cluster)
-    asyncio.run(pipeline.produce(tansu_broker, cluster, expected.log, per_record=100))
-    worker = pipeline.start_worker(tansu_broker, tmp_path / "store", f"g-{cluster}")
+    asyncio.run(pipeline.produce(broker, cluster, expected.log, per_record=100))
+    worker = pipeline.start_worker(broker, tmp_path / "store", f"g-{cluster}")
     try:
-        got = asyncio.run(pipeline.wait_for_decisions(tansu_broker, cluster, len(expected.decisions)))
+        got = asyncio.run(pipeline.wait_for_decisions(broker, cluster, len(expected.decisions)))
     finally:
         pipeline.stop(worker)
     assert got == expected.decisions

@@ -7,31 +7,26 @@ broker is per session, so tests that use it write to fresh topic names.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import kmock
 import pytest
 from kubernetes_asyncio import client
 
-from streams import broker as broker_mod
-from streams import kafka_local, kube
+from streams import kube
 from tests.k8s.fakeapi import FakeApi
 
 
 @pytest.fixture(scope="session")
-def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Bootstrap address of an embedded tansu shared by the session (in-memory storage)."""
-    log = tmp_path_factory.mktemp("tansu-k8s") / "tansu.log"
-    with broker_mod.EmbeddedBroker(log_path=log) as tansu:
-        yield tansu.bootstrap
+def tansu(tansu_broker: str) -> str:
+    """The session's embedded tansu (tests/conftest.py): one broker for every test folder."""
+    return tansu_broker
 
 
 @pytest.fixture(scope="session")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Bootstrap address of a single-node KRaft Apache Kafka shared by the session."""
-    log = tmp_path_factory.mktemp("kafka-k8s") / "kafka.log"
-    with kafka_local.LocalKafka(log_path=log) as kafka:
-        yield kafka.bootstrap
+def kafka(kafka_broker: str) -> str:
+    """The session's Apache Kafka (tests/conftest.py): one JVM for the whole run."""
+    return kafka_broker
 
 
 @pytest.fixture(

@@ -28,11 +28,8 @@ from tests.k8s.fakeapi import FakeApi
 from tests.k8s.test_actuator import KEY, decision, victim, world
 from tests.k8s.test_source import read_raw, read_topic
 
-# Until the lead lists the modules in streams.cli._load_commands, register them here.
-MAIN = (
-    "import sys; from streams import actuator, cli, source; "
-    "cli._EXTRA_COMMANDS += [source.register, actuator.register]; sys.exit(cli.main(sys.argv[1:]))"
-)
+# The real entry point, as the console script runs it.
+MAIN = "import sys; from streams import cli; sys.exit(cli.main(sys.argv[1:]))"
 # A child process imports, connects and joins a consumer group within this (tansu's
 # group join alone takes about half the session timeout, DESIGN §11).
 START_TIMEOUT_S = 30.0

@@ -1,0 +1,40 @@
+"""Session-wide brokers: the embedded tansu and a real Apache Kafka, one of each per test run.
+
+Both yield a bootstrap string. Every test that needs Kafka ends up marked `kafka`
+(tests/integration/conftest.py), so `pytest -m "not kafka"` runs without a JVM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from streams import broker as broker_mod
+from streams import kafka_local
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Marked here rather than per test, so a new test cannot forget it: anything that
+    # asks for Kafka (directly or through another fixture) needs the JVM.
+    for item in items:
+        if "tests/integration/" in item.nodeid.replace("\\", "/"):
+            item.add_marker(pytest.mark.integration)
+        if "kafka_broker" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.kafka)
+
+
+@pytest.fixture(scope="session")
+def tansu_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap address of an embedded tansu shared by the session (in-memory storage)."""
+    log = tmp_path_factory.mktemp("tansu") / "tansu.log"
+    with broker_mod.EmbeddedBroker(log_path=log) as tansu:
+        yield tansu.bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap address of a single-node KRaft Apache Kafka shared by the session."""
+    log = tmp_path_factory.mktemp("kafka") / "kafka.log"
+    with kafka_local.LocalKafka(log_path=log) as kafka:
+        yield kafka.bootstrap
