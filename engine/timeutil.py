@@ -16,8 +16,26 @@ SECOND = 1_000_000
 NEVER = 2**62
 
 
+# Parsed instants by text: a log repeats the same timestamps many times over.
+_PARSED: dict[str, int] = {}
+_PARSED_MAX = 65_536
+
+
 def parse(value: object, *, field: str = "time") -> int:
     """Parse an RFC 3339 string (or a datetime from YAML) to epoch microseconds."""
+    if isinstance(value, str):
+        hit = _PARSED.get(value)
+        if hit is not None:
+            return hit
+        out = _parse(value, field)
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[value] = out
+        return out
+    return _parse(value, field)
+
+
+def _parse(value: object, field: str) -> int:
     if isinstance(value, datetime):
         dt = value
     elif isinstance(value, str):

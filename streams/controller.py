@@ -70,9 +70,11 @@ class Controller:
     dirty: dict[str, Mapping[str, Any] | None] = field(default_factory=dict)  # store key -> raw object / None
     _earliest: int | None = None  # no nomination or leaving mark expires before this
     index: Index = field(init=False)
+    _config_hash: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
         self.index = Index(self.cluster)
+        self._config_hash = self.config.hash()
 
     # ---- folding -----------------------------------------------------------------------
 
@@ -239,7 +241,7 @@ class Controller:
         rec["victims"] = [v.to_json() for v in d.victims]
         rec["reason"] = d.reason
         rec["explanation"] = d.explanation
-        rec["configHash"] = self.config.hash()
+        rec["configHash"] = self._config_hash
         rec["engineVersion"] = ENGINE_VERSION
         chain.seal(rec, self.prev_hash, self.key)
         self.prev_hash = rec["hash"]

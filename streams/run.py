@@ -125,7 +125,10 @@ class Run:
     async def play(self, *, until_idle: bool, decisions_out: Path | None) -> None:
         await broker_mod.ensure_topics(self.bootstrap)
         producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=2)
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+        # A short fetch wait: the embedded broker holds a fetch for the whole wait.
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, enable_auto_commit=False, fetch_max_wait_ms=10
+        )
         await producer.start()
         await consumer.start()
         try:

@@ -17,6 +17,8 @@ from streams.errors import UsageError
 
 # An empty poll this long after reaching the reported end means the topic is read.
 IDLE_POLL_MS = 300
+# The embedded broker holds every fetch for the full wait (no early answer on data).
+FETCH_MAX_WAIT_MS = 50
 # How long to wait for a topic's metadata before calling it missing.
 METADATA_TIMEOUT_S = 10.0
 
@@ -48,6 +50,7 @@ async def read_all(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         isolation_level="read_committed" if read_committed else "read_uncommitted",
     )
     try:

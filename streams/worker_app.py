@@ -26,8 +26,8 @@ from engine.errors import InvalidConfig
 from schemas import records
 from schemas.records import DecisionRecord
 from streams import broker as broker_mod
+from streams import faust_transport, topics
 from streams import health as health_mod
-from streams import topics
 from streams.errors import UsageError
 from streams.worker import PartitionWorker, last_visible_decisions
 
@@ -52,9 +52,10 @@ def build_app(
     health_host: str = health_mod.DEFAULT_HOST,
     health_port: int | None = None,
 ) -> faust.App:
+    faust_transport.register()
     app = faust.App(
         app_id,
-        broker=f"kafka://{bootstrap}",
+        broker=f"{faust_transport.SCHEME}://{bootstrap}",
         store="memory://",
         processing_guarantee=guarantee,
         broker_session_timeout=SESSION_TIMEOUT_S,
