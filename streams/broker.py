@@ -33,6 +33,8 @@ from typing import IO, Self
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
+from streams.errors import BadBrokerUrl
+
 CLUSTER_EVENTS = "preemption.cluster-events"
 DECISIONS = "preemption.decisions"
 EVICTIONS = "preemption.evictions"
@@ -103,16 +105,16 @@ TOPICS = topic_specs()
 def parse_broker_url(url: str) -> str:
     """`kafka://host:port[,host:port...]` -> the bootstrap string aiokafka takes.
 
-    Raises ValueError naming the url and the expected shape otherwise.
+    Raises BadBrokerUrl (a ValueError) naming the url and the expected shape otherwise.
     """
     scheme, sep, rest = url.partition("://")
     rest = rest.removesuffix("/")
     if scheme != "kafka" or not sep or not rest or any(c in rest for c in "/?#@"):
-        raise ValueError(f"bad broker url {url!r}: expected kafka://host:port")
+        raise BadBrokerUrl(f"bad broker url {url!r}: expected kafka://host:port")
     for address in rest.split(","):
         host, colon, port = address.rpartition(":")
         if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"bad broker url {url!r}: expected kafka://host:port, got {address!r}")
+            raise BadBrokerUrl(f"bad broker url {url!r}: expected kafka://host:port, got {address!r}")
     return rest
 
 

@@ -82,6 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"preemptctl: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as exc:
+        from streams.broker import BrokerUnavailable
+
+        if not isinstance(exc, BrokerUnavailable):
+            raise
+        print(f"preemptctl: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("preemptctl: interrupted", file=sys.stderr)
         return 130

@@ -3,3 +3,7 @@
 
 class UsageError(Exception):
     """Bad input from the user: a missing file, an unparsable case, a bad URL."""
+
+
+class BadBrokerUrl(UsageError, ValueError):
+    """`--broker` is not kafka://host:port[,host:port]."""
