@@ -11,6 +11,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from engine import resources
+from engine.case import Case
+
 NOW = "2026-01-01T00:00:00Z"
 PRIORITIES = (0, 10, 100, 1000)
 TIMES = ("2025-12-31T20:00:00Z", "2025-12-31T22:00:00Z", "2025-12-31T23:59:00Z")
@@ -167,3 +170,20 @@ def clusters(draw: st.DrawFn, *, max_nodes: int = 4, max_pods: int = 14) -> dict
         policy=draw(st.sampled_from((None, None, None, "Never"))),
     )
     return {"objects": objects, "preemptor": [preemptor], "now": NOW, "name": "generated"}
+
+
+def free_after(c: Case, node: str, evicted: set[str]) -> dict[str, int]:
+    """Free resources on `node` with `evicted` gone and nominated pods >= the preemptor counted.
+
+    Recomputed from the raw records, independently of the engine's index.
+    """
+    cluster = c.cluster
+    pre = c.preemptors[0]
+    prio = cluster.priority(pre)
+    free = dict(cluster.nodes[node].node.allocatable)
+    for p in cluster.pods.values():
+        if p.terminal or p.uid in evicted or p.uid == pre.uid:
+            continue
+        if p.node == node or (p.node is None and p.nominated == node and cluster.priority(p) >= prio):
+            resources.sub(free, p.requests)
+    return free

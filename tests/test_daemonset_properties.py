@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from engine import case as case_mod
 from engine import job, placement, resources
 from engine.decision import FITS, PREEMPT, Decision
-from tests import flowgen
+from tests import flowgen, gen
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -23,19 +23,6 @@ SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[Heal
 def _decide(raw: dict[str, Any]) -> tuple[case_mod.Case, Decision]:
     c = case_mod.load(raw, where="generated")
     return c, case_mod.answer(c)
-
-
-def _free_after(c: case_mod.Case, node: str, evicted: set[str]) -> dict[str, int]:
-    cluster = c.cluster
-    ds = c.preemptors[0]
-    prio = cluster.priority(ds)
-    free = dict(cluster.nodes[node].node.allocatable)
-    for p in cluster.pods.values():
-        if p.terminal or p.uid in evicted or p.uid == ds.uid:
-            continue
-        if p.node == node or (p.node is None and p.nominated == node and cluster.priority(p) >= prio):
-            resources.sub(free, p.requests)
-    return free
 
 
 @SETTINGS
@@ -63,12 +50,12 @@ def test_after_evicting_the_victims_the_daemonset_pod_fits(raw: dict[str, Any]) 
         assert d.victims == ()
         return
     assert d.node is not None and d.node == placement.required_node(ds)
-    assert resources.fits(ds.requests, _free_after(c, d.node, {v.uid for v in d.victims}))
+    assert resources.fits(ds.requests, gen.free_after(c, d.node, {v.uid for v in d.victims}))
     if d.outcome == FITS:
         assert d.victims == ()
     else:
         assert d.victims
-        assert not resources.fits(ds.requests, _free_after(c, d.node, set()))
+        assert not resources.fits(ds.requests, gen.free_after(c, d.node, set()))
 
 
 @SETTINGS

@@ -10,6 +10,7 @@ import random
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine import case as case_mod
 from engine import reference, resources
@@ -22,20 +23,6 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 def _decide(raw: dict[str, Any]) -> tuple[case_mod.Case, Any]:
     c = case_mod.load(raw, where="generated")
     return c, case_mod.answer(c)
-
-
-def _free_after(c: case_mod.Case, node: str, evicted: set[str]) -> dict[str, int]:
-    """Free resources on `node` with `evicted` gone, nominated pods >= preemptor counted, from raw records."""
-    cluster = c.cluster
-    pre = c.preemptors[0]
-    prio = cluster.priority(pre)
-    free = dict(cluster.nodes[node].node.allocatable)
-    for p in cluster.pods.values():
-        if p.terminal or p.uid in evicted or p.uid == pre.uid:
-            continue
-        if p.node == node or (p.node is None and p.nominated == node and cluster.priority(p) >= prio):
-            resources.sub(free, p.requests)
-    return free
 
 
 @SETTINGS
@@ -53,7 +40,7 @@ def test_victims_are_lower_priority_and_make_room(raw: dict[str, Any]) -> None:
         assert v.priority < prio
         assert v.node == d.node
         assert v.terminating == c.cluster.pods[v.uid].deleting
-    assert resources.fits(pre.requests, _free_after(c, d.node, evicted))
+    assert resources.fits(pre.requests, gen.free_after(c, d.node, evicted))
 
 
 @SETTINGS
@@ -66,7 +53,7 @@ def test_reprieve_is_minimal(raw: dict[str, Any]) -> None:
     assert d.node is not None
     evicted = {v.uid for v in d.victims}
     for v in d.victims:
-        assert not resources.fits(c.preemptors[0].requests, _free_after(c, d.node, evicted - {v.uid}))
+        assert not resources.fits(c.preemptors[0].requests, gen.free_after(c, d.node, evicted - {v.uid}))
 
 
 @SETTINGS
@@ -76,11 +63,11 @@ def test_fits_has_no_victims_and_really_fits(raw: dict[str, Any]) -> None:
     if d.outcome == FITS:
         assert d.victims == ()
         assert d.node is not None
-        assert resources.fits(c.preemptors[0].requests, _free_after(c, d.node, set()))
+        assert resources.fits(c.preemptors[0].requests, gen.free_after(c, d.node, set()))
 
 
 @SETTINGS
-@given(gen.clusters(), gen.st.randoms(use_true_random=False))
+@given(gen.clusters(), st.randoms(use_true_random=False))
 def test_answer_does_not_depend_on_object_order(raw: dict[str, Any], rnd: random.Random) -> None:
     _, d1 = _decide(raw)
     shuffled = dict(raw, objects=rnd.sample(raw["objects"], len(raw["objects"])))
