@@ -6,17 +6,17 @@ reflects, and the rules that keep decisions exactly-once in effect:
 - input resumes at the store's recorded position + 1 (not the group's committed
   offset), so state and input cannot drift apart (DESIGN §3);
 - decisions are sent and acknowledged before the store moves past their record
-  (at-least-once), and decisions whose sequence number is already visible in the
-  decisions topic are not sent again, so a restart doubles none;
+  (at-least-once), and decisions already visible in the decisions topic (matched
+  by sequence number and id) are not sent again, so a restart doubles none; the
+  store is written every CHECKPOINT_INTERVAL_S, and a crash in between only
+  means re-folding a little log;
 - if the store is ahead of the visible decisions (a crash after the store write
   but before the decisions became visible, e.g. an aborted transaction), the
   store is discarded and the partition is re-derived from the start of the log:
   the replayed decisions are byte-identical, and the missing ones are sent.
 Malformed records and events go to the dead-letter topic with their origin.
 
-The faust app (`build_app`) is the thin transport around it: one agent over the
-cluster-events topic, and a partition-assignment hook that opens the store and
-seeks the consumer to where the state says input continues.
+The faust app (streams.worker_app) is the thin transport around it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """`preemptctl worker`: the faust-streaming app around PartitionWorker.
 
 One agent consumes preemption.cluster-events; on partition assignment the
-partition's store is opened and the consumer is moved to the store's position
-+ 1 (DESIGN §3), so faust's committed offsets are only a lower bound. Decisions
-go to preemption.decisions keyed by cluster, rejected input to
-preemption.dead-letter. With `--processing-guarantee exactly_once` (real Kafka
+partition's store is opened. Input continues at the store's position + 1
+(DESIGN §3): records at or below it are skipped, and if faust's committed offset
+is past it (a lost or lagging store) the gap is read from the log first, so
+faust's committed offsets are only a lower bound. (Seeking faust's consumer is
+not used: its assignment flow moves the consumer to the committed offset after
+the hook runs.) Decisions go to preemption.decisions keyed by cluster, rejected
+input to preemption.dead-letter. With `--processing-guarantee exactly_once` (real Kafka
 only: the embedded broker has no transactions) faust sends decisions and
 commits offsets in one transaction.
 """
