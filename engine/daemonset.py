@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from engine import decision as decision_mod
 from engine import default, job, placement, resources, timeutil
 from engine.cluster import Cluster, NodeState
 from engine.config import Config
@@ -187,16 +188,7 @@ def decide(cluster: Cluster, pod: Pod, *, now: int, config: Config) -> Decision:
         "request": resources.render(pod.requests),
     }
 
-    def make(outcome: str, reason: str, **kw: Any) -> Decision:
-        return Decision(
-            flow="daemonset",
-            preemptor=pod.key,
-            preemptor_uid=pod.uid,
-            outcome=outcome,
-            reason=reason,
-            explanation=explanation,
-            **kw,
-        )
+    make = decision_mod.maker("daemonset", pod.key, pod.uid, explanation)
 
     state = cluster.nodes.get(node) if node else None
     if state is None:

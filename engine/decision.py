@@ -8,6 +8,7 @@ criteria values that ranked it, and why the other nodes were rejected.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,3 +71,23 @@ class Decision:
         out["reason"] = self.reason
         out["explanation"] = self.explanation
         return out
+
+
+def maker(
+    flow: str, preemptor: str, preemptor_uid: str, explanation: dict[str, Any], **common: Any
+) -> Callable[..., Decision]:
+    """Decisions of one flow for one preemptor, which differ only in outcome, reason and details."""
+
+    def make(outcome: str, reason: str, **details: Any) -> Decision:
+        return Decision(
+            flow=flow,
+            preemptor=preemptor,
+            preemptor_uid=preemptor_uid,
+            outcome=outcome,
+            reason=reason,
+            explanation=explanation,
+            **common,
+            **details,
+        )
+
+    return make

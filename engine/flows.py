@@ -9,8 +9,8 @@ worker and the audit replay call.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
+from engine import decision as decision_mod
 from engine import default, minimal
 from engine.cluster import Cluster
 from engine.config import Config
@@ -98,16 +98,7 @@ def decide_default(
     explanation["preemptorPriority"] = pre.priority
     explanation["victimSelection"] = config.victim_selection
 
-    def make(outcome: str, reason: str, **kw: Any) -> Decision:
-        return Decision(
-            flow="default",
-            preemptor=pod.key,
-            preemptor_uid=pod.uid,
-            outcome=outcome,
-            reason=reason,
-            explanation=explanation,
-            **kw,
-        )
+    make = decision_mod.maker("default", pod.key, pod.uid, explanation)
 
     if scan.fitting is not None:
         return make(FITS, f"fits on {scan.fitting} without preemption", node=scan.fitting)

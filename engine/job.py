@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from engine import decision as decision_mod
 from engine import default, minimal, quantity, resources
 from engine.cluster import Cluster, NodeState
 from engine.config import Config
@@ -506,17 +507,7 @@ def decide(
         "quotas": [],
     }
 
-    def make(outcome: str, reason: str, **kw: Any) -> Decision:
-        return Decision(
-            flow="job",
-            preemptor=job,
-            preemptor_uid=members[0].uid,
-            outcome=outcome,
-            reason=reason,
-            explanation=explanation,
-            members=tuple(m.key for m in members),
-            **kw,
-        )
+    make = decision_mod.maker("job", job, members[0].uid, explanation, members=tuple(m.key for m in members))
 
     admitted = True
     for use in uses:
