@@ -123,6 +123,10 @@ async def test_ensure_topics_tolerates_a_concurrent_creator(broker: str) -> None
     assert not set(first) & set(second), "a topic reported created twice"
 
 
+# How long a created topic's configs may take to show in DescribeConfigs.
+CONFIG_PROPAGATION_S = 10.0
+
+
 async def test_topic_configs_reach_kafka(kafka_broker: str) -> None:
     prefix = fresh_topic("configs") + "."
     specs = [dataclasses.replace(t, name=prefix + t.name) for t in broker_mod.TOPICS]
@@ -130,17 +134,24 @@ async def test_topic_configs_reach_kafka(kafka_broker: str) -> None:
 
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
     await admin.start()
+    # A new topic's configs reach the broker through the KRaft metadata log a moment
+    # after CreateTopics answers; read until they are there, within a bound.
+    deadline = asyncio.get_running_loop().time() + CONFIG_PROPAGATION_S
     try:
-        responses = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, t.name) for t in specs]
-        )
+        while True:
+            responses = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, t.name) for t in specs]
+            )
+            actual = {
+                name: {entry[0]: entry[1] for entry in entries}
+                for response in responses
+                for _code, _message, _type, name, entries in response.resources
+            }
+            if all(actual.get(t.name) for t in specs) or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.2)
     finally:
         await admin.close()
-    actual = {
-        name: {entry[0]: entry[1] for entry in entries}
-        for response in responses
-        for _code, _message, _type, name, entries in response.resources
-    }
     for spec in specs:
         assert dict(spec.configs).items() <= actual[spec.name].items(), spec.name
 
