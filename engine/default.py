@@ -52,6 +52,9 @@ class NodeEval:
     # Every eligible lower-priority pod with its PDB flag, in the order the reprieve tried them:
     # what lets an explanation say why one neighbour was evicted and another given back.
     potential: list[tuple[Pod, bool]] = field(default_factory=list)
+    # criteria() of this evaluation, kept: a ranking serves the same top candidates to
+    # many decisions, and each decision's explanation lists them.
+    summary: dict[str, Any] | None = None
 
 
 def importance(cluster: Cluster, pod: Pod) -> tuple[int, int, int, str]:
@@ -190,20 +193,22 @@ def criteria(ev: NodeEval, cluster: Cluster, *, detail: bool = False) -> dict[st
     With `detail` (the chosen node only, to keep records small) also every eligible
     pod there in reprieve order, victim or given back, with what ordered it.
     """
-    prios = [cluster.priority(v) for v in ev.victims]
-    highest = max(prios, default=None)
-    earliest = min((v.start for v, p in zip(ev.victims, prios, strict=True) if p == highest), default=None)
-    out: dict[str, Any] = {
-        "node": ev.node,
-        "pdbViolations": ev.violations,
-        "highestVictimPriority": highest,
-        "prioritySum": sum(prios),
-        "victims": len(ev.victims),
-        "earliestStartOfHighest": None
-        if earliest is None or earliest == timeutil.NEVER
-        else timeutil.render(earliest),
-        "victimPods": [v.namespace + "/" + v.name for v in ev.victims],
-    }
+    if ev.summary is None:
+        prios = [cluster.priority(v) for v in ev.victims]
+        highest = max(prios, default=None)
+        earliest = min((v.start for v, p in zip(ev.victims, prios, strict=True) if p == highest), default=None)
+        ev.summary = {
+            "node": ev.node,
+            "pdbViolations": ev.violations,
+            "highestVictimPriority": highest,
+            "prioritySum": sum(prios),
+            "victims": len(ev.victims),
+            "earliestStartOfHighest": None
+            if earliest is None or earliest == timeutil.NEVER
+            else timeutil.render(earliest),
+            "victimPods": [v.namespace + "/" + v.name for v in ev.victims],
+        }
+    out = dict(ev.summary)
     if detail:
         evicted = {v.uid for v in ev.victims}
         out["potentialVictims"] = [

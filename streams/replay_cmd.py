@@ -15,6 +15,7 @@ from engine.errors import InvalidConfig
 from streams import logio, replay, traces
 from streams.errors import UsageError
 from streams.progress import Progress
+from streams.worker import tune_gc
 
 EXAMPLES = """examples:
   preemptctl replay trace.jsonl --simulate --decisions-out d.jsonl     the run, without a broker
@@ -79,6 +80,7 @@ def _short(value: Any) -> str:
 
 
 def cmd(args: argparse.Namespace) -> int:
+    tune_gc()
     config = load_config(args.config)
     key = load_key(args.hmac_key_file)
     started = time.perf_counter()

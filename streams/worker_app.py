@@ -32,7 +32,7 @@ from streams import broker as broker_mod
 from streams import faust_transport, topics
 from streams import health as health_mod
 from streams.errors import UsageError
-from streams.worker import PartitionWorker, last_visible_decisions
+from streams.worker import PartitionWorker, last_visible_decisions, tune_gc
 
 log = logging.getLogger("preemptctl.worker")
 
@@ -179,6 +179,7 @@ def build_app(
 
 def cmd(args: argparse.Namespace) -> int:
     bootstrap = broker_mod.parse_broker_url(args.broker)
+    tune_gc()
     config = config_mod.Config() if not args.config else _load_config(Path(args.config))
     key = Path(args.hmac_key_file).read_bytes().strip() if args.hmac_key_file else None
     app = build_app(
