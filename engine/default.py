@@ -196,7 +196,8 @@ def criteria(ev: NodeEval, cluster: Cluster, *, detail: bool = False) -> dict[st
     if ev.summary is None:
         prios = [cluster.priority(v) for v in ev.victims]
         highest = max(prios, default=None)
-        earliest = min((v.start for v, p in zip(ev.victims, prios, strict=True) if p == highest), default=None)
+        starts = (v.start for v, p in zip(ev.victims, prios, strict=True) if p == highest)
+        earliest = min(starts, default=None)
         ev.summary = {
             "node": ev.node,
             "pdbViolations": ev.violations,
