@@ -39,7 +39,7 @@ from prometheus_client import Counter
 
 from schemas import VERSION, chain, records
 from schemas.records import DEAD_LETTER, DECISIONS, EVICTIONS, DecisionRecord, EvictionRecord, VictimRecord
-from streams import component, eviction, health, kube, lease, source
+from streams import component, eviction, health, kube, lease, options, source
 from streams.errors import UsageError
 from streams.ledger import Ledger, nomination_subject
 from streams.sink import KafkaSink, RecordSink
@@ -527,14 +527,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_actuator(args: argparse.Namespace) -> int:
     component.configure_logging(args.log_level)
     bootstrap = component.bootstrap_of(args.broker)
-    hmac_key = None
-    if args.hmac_key_file:
-        try:
-            hmac_key = Path(args.hmac_key_file).read_bytes().strip()
-        except OSError as exc:
-            raise UsageError(f"cannot read --hmac-key-file: {exc}") from exc
-        if not hmac_key:
-            raise UsageError(f"--hmac-key-file {args.hmac_key_file} is empty")
+    hmac_key = options.load_key(args.hmac_key_file)
     if bool(args.lease_name) != bool(args.lease_namespace):
         raise UsageError("--lease-name and --lease-namespace go together")
     asyncio.run(_serve(args, bootstrap, hmac_key))

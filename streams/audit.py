@@ -37,7 +37,7 @@ from aiokafka.errors import KafkaError
 from schemas import chain
 from streams import logio, topics
 from streams.errors import UsageError
-from streams.replay_cmd import load_key
+from streams.options import load_key
 
 EXIT_INTACT = 0
 EXIT_TAMPERED = 1
@@ -442,13 +442,6 @@ def run_verifier(location: str, verifier: Verifier) -> Verifier:
     return verifier
 
 
-def _key(path: str | None) -> bytes | None:
-    key = load_key(path)
-    if key is not None and not key:
-        raise UsageError(f"--hmac-key-file {path} is empty")
-    return key
-
-
 def _summary(v: Verifier) -> str:
     heads = sorted(v.heads.values(), key=lambda h: h.cluster)
     parts = [f"intact: {v.records} record(s), {len(heads)} cluster(s)"]
@@ -475,7 +468,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     v = run_verifier(
         args.decisions,
         Verifier(
-            key=_key(args.hmac_key_file),
+            key=load_key(args.hmac_key_file),
             cluster=args.cluster,
             allow_duplicates=args.allow_duplicates,
             pruned=args.pruned,
@@ -516,7 +509,7 @@ def cmd_head(args: argparse.Namespace) -> int:
     v = run_verifier(
         args.decisions,
         Verifier(
-            key=_key(args.hmac_key_file),
+            key=load_key(args.hmac_key_file),
             cluster=args.cluster,
             allow_duplicates=args.allow_duplicates,
             pruned=args.pruned,

@@ -10,10 +10,9 @@ from typing import Any
 
 import orjson
 
-from engine import config as config_mod
-from engine.errors import InvalidConfig
 from streams import logio, replay, traces
 from streams.errors import UsageError
+from streams.options import load_config, load_key
 from streams.progress import Progress
 from streams.worker import tune_gc
 
@@ -23,26 +22,6 @@ EXAMPLES = """examples:
   preemptctl replay kafka://127.0.0.1:9092/preemption.cluster-events \\
       --compare kafka://127.0.0.1:9092/preemption.decisions
 """
-
-
-def load_config(path: str | None) -> config_mod.Config:
-    if not path:
-        return config_mod.Config()
-    import yaml
-
-    try:
-        return config_mod.parse(yaml.safe_load(Path(path).read_text()))
-    except (OSError, yaml.YAMLError, InvalidConfig) as exc:
-        raise UsageError(f"{path}: {exc}") from exc
-
-
-def load_key(path: str | None) -> bytes | None:
-    if not path:
-        return None
-    try:
-        return Path(path).read_bytes().strip()
-    except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror or exc}") from exc
 
 
 def compare(derived: list[dict[str, Any]], recorded: list[dict[str, Any]]) -> list[str]:

@@ -34,8 +34,8 @@ from schemas import VERSION, records
 from streams import broker as broker_mod
 from streams import logio, traces
 from streams.errors import UsageError
+from streams.options import load_config, load_key
 from streams.replay import DEFAULT_CLUSTER, Fleet
-from streams.replay_cmd import load_config, load_key
 from streams.simulator import Simulator
 
 # Events per cluster-events record at most, and bytes per record at most (DESIGN §5).

@@ -25,13 +25,11 @@ import faust
 import orjson
 
 from engine import config as config_mod
-from engine.errors import InvalidConfig
 from schemas import records
 from schemas.records import DecisionRecord
 from streams import broker as broker_mod
-from streams import faust_transport, topics
+from streams import faust_transport, options, topics
 from streams import health as health_mod
-from streams.errors import UsageError
 from streams.worker import PartitionWorker, last_visible_decisions, tune_gc
 
 log = logging.getLogger("preemptctl.worker")
@@ -180,8 +178,8 @@ def build_app(
 def cmd(args: argparse.Namespace) -> int:
     bootstrap = broker_mod.parse_broker_url(args.broker)
     tune_gc()
-    config = config_mod.Config() if not args.config else _load_config(Path(args.config))
-    key = Path(args.hmac_key_file).read_bytes().strip() if args.hmac_key_file else None
+    config = options.load_config(args.config)
+    key = options.load_key(args.hmac_key_file)
     app = build_app(
         bootstrap=bootstrap,
         store_dir=Path(args.store_dir),
@@ -195,15 +193,6 @@ def cmd(args: argparse.Namespace) -> int:
     worker = faust.Worker(app, loglevel=args.log_level, quiet=True)
     worker.execute_from_commandline()
     return 0
-
-
-def _load_config(path: Path) -> config_mod.Config:
-    import yaml
-
-    try:
-        return config_mod.parse(yaml.safe_load(path.read_text()))
-    except (OSError, yaml.YAMLError, InvalidConfig) as exc:
-        raise UsageError(f"{path}: {exc}") from exc
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
