@@ -267,27 +267,28 @@ class Cluster:
         record = held.node if isinstance(held, NodeState) else held
         return str(record.resource_version)
 
-    def apply(self, event_type: str, obj: Mapping[str, Any]) -> bool:
-        """Fold one watch event; False when it was stale (already reflected) and ignored."""
+    def apply(self, event_type: str, obj: Mapping[str, Any]) -> tuple[str, bool]:
+        """Fold one watch event: its "Kind/key", and False when it was stale (already reflected)."""
         kind = obj.get("kind")
         if kind not in objects.KINDS:
             raise InvalidObject(f"unsupported kind {kind!r}")
         record_uid = _table_key(obj)
         incoming = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         held = self.held_version(str(kind), record_uid)
+        key = f"{kind}/{record_uid}"
         if held is not None and incoming and not _newer(incoming, held):
-            return False
+            return key, False
         if event_type == "DELETED":
             self.remove(str(kind), record_uid)
             if incoming:
-                self.tombstones[f"{kind}/{record_uid}"] = incoming
+                self.tombstones[key] = incoming
                 if len(self.tombstones) > MAX_TOMBSTONES:
                     del self.tombstones[next(iter(self.tombstones))]
-            return True
+            return key, True
         record = objects.normalize(obj)
-        self.tombstones.pop(f"{kind}/{record_uid}", None)
+        self.tombstones.pop(key, None)
         self.upsert(record)
-        return True
+        return key, True
 
     def all_keys(self) -> set[tuple[str, str]]:
         """Every (kind, table key) held: what a RESYNC compares the relist against."""

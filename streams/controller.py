@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import ENGINE_VERSION, flows, objects, timeutil
-from engine.cluster import Cluster, table_key
+from engine.cluster import Cluster
 from engine.config import Config
 from engine.decision import PREEMPT, WAIT, Decision
 from engine.errors import EngineError
@@ -104,8 +104,7 @@ class Controller:
             return out
         obj = event["object"]
         try:
-            key = f"{obj.get('kind')}/{table_key(obj)}"
-            changed = self.cluster.apply(kind, obj)
+            key, changed = self.cluster.apply(kind, obj)
         except EngineError as exc:
             raise BadEvent(str(exc)) from exc
         if self.resync is not None:
