@@ -461,19 +461,22 @@ def _summary(v: Verifier) -> str:
     return "; ".join(parts) + (f" ({', '.join(extra)})" if extra else "")
 
 
+def _verify(args: argparse.Namespace) -> Verifier:
+    """Run the chain check that `verify` and `head` share, as their common flags say."""
+    verifier = Verifier(
+        key=load_key(args.hmac_key_file),
+        cluster=args.cluster,
+        allow_duplicates=args.allow_duplicates,
+        pruned=args.pruned,
+    )
+    return run_verifier(args.decisions, verifier)
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     anchors = [parse_anchor(a, args.cluster) for a in args.anchor or []]
     if args.anchor_file:
         anchors += load_anchor_file(args.anchor_file, args.cluster)
-    v = run_verifier(
-        args.decisions,
-        Verifier(
-            key=load_key(args.hmac_key_file),
-            cluster=args.cluster,
-            allow_duplicates=args.allow_duplicates,
-            pruned=args.pruned,
-        ),
-    )
+    v = _verify(args)
     problem = v.problem
     notes: list[str] = []
     if problem is None:
@@ -506,15 +509,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_head(args: argparse.Namespace) -> int:
-    v = run_verifier(
-        args.decisions,
-        Verifier(
-            key=load_key(args.hmac_key_file),
-            cluster=args.cluster,
-            allow_duplicates=args.allow_duplicates,
-            pruned=args.pruned,
-        ),
-    )
+    v = _verify(args)
     if v.problem is not None:
         # An anchor of a broken chain would vouch for the tampering: refuse to print one.
         print(v.problem.line())
