@@ -15,14 +15,14 @@ from fractions import Fraction
 from typing import Any
 
 from engine import decision as decision_mod
-from engine import default, job, placement, resources, timeutil
+from engine import default, placement, resources, timeutil
 from engine.cluster import Cluster, NodeState
 from engine.config import Config
 from engine.decision import FITS, PREEMPT, UNSCHEDULABLE, WAIT, Decision
 from engine.default import Preemptor
-from engine.flows import to_victims
 from engine.objects import Pod
 from engine.resources import Resources
+from engine.victims import leaving, to_victims
 
 ALLOW_PREEMPTION = "yunikorn.apache.org/allow-preemption"
 REGULAR, OWNER, OPT_OUT = 0, 1, 2
@@ -81,7 +81,7 @@ def candidates(cluster: Cluster, state: NodeState, ds: Pod, priority: int, now: 
         for p in state.pods.values()
         if p.uid != ds.uid
         and not p.daemonset
-        and not job.leaving(p)
+        and not leaving(p)
         and cluster.priority(p) <= priority
         and not cluster.tolerates(p, preemptor_priority=priority, now=now)
     ]

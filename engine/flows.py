@@ -8,26 +8,17 @@ worker and the audit replay call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from engine import daemonset, default, job
 from engine import decision as decision_mod
-from engine import default, minimal
 from engine.cluster import Cluster
 from engine.config import Config
-from engine.decision import FITS, PREEMPT, UNSCHEDULABLE, WAIT, Decision, Victim
-from engine.default import NodeEval, Preemptor
+from engine.decision import FITS, PREEMPT, UNSCHEDULABLE, WAIT, Decision
+from engine.default import Preemptor
 from engine.index import Index
 from engine.objects import Pod
-
-# Evaluates every node for one preemptor, in node-name order. The index module
-# supplies a cached implementation; the plain one below is the specification.
-Evaluator = Callable[[Cluster, Preemptor, int, Config], list[NodeEval]]
-
-
-def evaluate_all(cluster: Cluster, pre: Preemptor, now: int, config: Config) -> list[NodeEval]:
-    fn = minimal.evaluate_node if config.victim_selection == "minimal" else default.evaluate_node
-    return [fn(cluster, cluster.nodes[name], pre, now) for name in sorted(cluster.nodes)]
-
+from engine.victims import to_victims
 
 POD_GROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
 QUOTA_LABEL = "quota.scheduling.koordinator.sh/name"
@@ -63,30 +54,10 @@ def decide(
     """
     flow = select_flow(cluster, pods)
     if flow == "daemonset":
-        from engine import daemonset
-
         return daemonset.decide(cluster, pods[0], now=now, config=config)
     if flow == "job":
-        from engine import job
-
         return job.decide(cluster, pods, now=now, config=config)
     return decide_default(cluster, pods[0], now=now, config=config, index=index)
-
-
-def to_victims(pods: Sequence[Pod], cluster: Cluster, *, action: str) -> tuple[Victim, ...]:
-    return tuple(
-        Victim(
-            uid=p.uid,
-            namespace=p.namespace,
-            name=p.name,
-            node=p.node or "",
-            priority=cluster.priority(p),
-            action=action,
-            # Soft-evicted pods (job-flow `label` victims) are leaving too: never fresh victims again.
-            terminating=p.deleting or p.labels.get("scheduling.koordinator.sh/soft-eviction") == "true",
-        )
-        for p in pods
-    )
 
 
 def decide_default(

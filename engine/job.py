@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine import decision as decision_mod
@@ -30,17 +30,14 @@ from engine.cluster import Cluster, NodeState
 from engine.config import Config
 from engine.decision import DELETE, FITS, LABEL, PREEMPT, UNSCHEDULABLE, WAIT, Decision, Victim
 from engine.default import NodeEval, Preemptor
-from engine.flows import Evaluator, to_victims
 from engine.objects import PREEMPT_LOWER, PREEMPT_NEVER, ElasticQuota, Pod
 from engine.resources import Resources
+from engine.victims import SOFT_EVICTION, leaving, to_victims
 
 POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
 QUOTA_NAME = "quota.scheduling.koordinator.sh/name"
 PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
 CAN_PREEMPT = "quota.scheduling.koordinator.sh/can-preempt"
-# Label (value "true") plus an annotation of the same key holding the JSON detail:
-# a JSON document is not a valid label value.
-SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
 # Per member, the explanation lists this many ranked candidate nodes and rejected nodes.
 EXPLAIN_NODES = 5
 
@@ -112,19 +109,6 @@ def trigger_refusal(cluster: Cluster, pod: Pod, config: Config) -> str | None:
 
 def may_trigger(cluster: Cluster, pod: Pod, config: Config) -> bool:
     return trigger_refusal(cluster, pod, config) is None
-
-
-def soft_evicted(pod: Pod) -> bool:
-    return _truthy(pod.labels.get(SOFT_EVICTION)) is True
-
-
-def leaving(pod: Pod) -> bool:
-    """Terminating or soft-evicted: its capacity is on its way out, no further action needed.
-
-    Soft-evicted pods are removed by an external deleter at its own pace; counting
-    them as leaving keeps a slow deleter from triggering a second round of victims.
-    """
-    return pod.deleting or soft_evicted(pod)
 
 
 def job_name(pods: Sequence[Pod]) -> str:
@@ -468,11 +452,9 @@ def _previous_round(cluster: Cluster, members: Sequence[Pod], priority: int) -> 
 
 def _mark(victims: Sequence[Pod], cluster: Cluster, config: Config) -> tuple[Victim, ...]:
     action = DELETE if config.quota.pod_should_be_deleted_when_preempted else LABEL
-    marked = to_victims(victims, cluster, action=action)
-    # A soft-evicted victim is already on its way out: the actuator must not act on it again.
-    return tuple(
-        replace(v, terminating=True) if soft_evicted(p) else v for v, p in zip(marked, victims, strict=True)
-    )
+    # A soft-evicted victim is already on its way out: to_victims marks it, so the
+    # actuator does not act on it again.
+    return to_victims(victims, cluster, action=action)
 
 
 # ---- the decision -------------------------------------------------------------------
@@ -484,16 +466,12 @@ def decide(
     *,
     now: int,
     config: Config,
-    evaluator: Evaluator | None = None,
 ) -> Decision:
     """Decide for one job: every pending member placed, or nothing evicted.
 
-    `evaluator` is accepted for the common `flows.decide` signature; it evaluates
-    nodes with the default flow's victim eligibility over the unmodified cluster, while
-    a gang needs job eligibility (preemptible pods) and capacity taken by the members
-    already placed, so nodes are evaluated here on a per-member view instead.
+    Nodes are evaluated on a per-member view (job eligibility: preemptible pods;
+    capacity taken by the members already placed), not the default flow's.
     """
-    del evaluator
     members = gang(cluster, pods)
     job = job_name(members)
     priority = min(cluster.priority(m) for m in members)
