@@ -32,7 +32,7 @@ conformance: $(STAMP)
 test: lint unit conformance
 
 kafka: $(STAMP)  ## single-node Apache Kafka (KRaft) on loopback until Ctrl-C; needs java 17+ and mvn
-	$(BIN)/python -m streams.kafka_local --create-topics
+	$(BIN)/python -m streams.brokers.kafka_local --create-topics
 
 bench: $(STAMP)
 	$(BIN)/preemptctl bench engine --nodes 5000 --output json

@@ -17,8 +17,8 @@ from pathlib import Path
 import orjson
 
 from engine.config import Config
-from streams import workloads
-from streams.worker import PartitionWorker
+from streams.pipeline.worker import PartitionWorker
+from streams.sim import workloads
 
 EVENTS_PER_RECORD = 200
 

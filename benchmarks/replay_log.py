@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from streams import workloads
+from streams.sim import workloads
 
 
 def main(path: Path, count: int) -> None:

@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.config import Config
-from streams import replay
+from streams.pipeline import fold
+from streams.sim import simulator
 from tests import flowgen, gen
 
 NOW = gen.NOW
@@ -26,10 +27,10 @@ NOW = gen.NOW
 
 def simulate(
     events: Sequence[Mapping[str, Any]], config: Config | None = None, *, key: bytes | None = None
-) -> replay.Result:
+) -> fold.Result:
     """`replay --simulate` of a trace: the run's full log and its decision records."""
     log: list[Mapping[str, Any]] = list(events)
-    return replay.simulate(log, config or Config(), key=key)
+    return simulator.simulate(log, config or Config(), key=key)
 
 
 def decisions(

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from streams import broker as broker_mod
-from streams import kafka_local
+from streams.brokers import embedded, kafka_local
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -28,7 +27,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def tansu_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Bootstrap address of an embedded tansu shared by the session (in-memory storage)."""
     log = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    with broker_mod.EmbeddedBroker(log_path=log) as tansu:
+    with embedded.EmbeddedBroker(log_path=log) as tansu:
         yield tansu.bootstrap
 
 

@@ -16,7 +16,11 @@ import pytest
 
 from engine.config import Config, parse
 from schemas import chain
-from streams import audit, cli, replay, traces
+from streams.audit import verify
+from streams.cli import main
+from streams.kafka import logio
+from streams.pipeline import fold
+from streams.sim import traces
 from tests import audit_traces
 
 KEY = b"audit-test-key"
@@ -34,7 +38,7 @@ def _write(path: Path, records: list[dict[str, Any]]) -> Path:
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
+    code = main.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -69,7 +73,7 @@ def test_several_clusters_interleaved_and_one_tick_deciding_twice(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = parse({"daemonset": {"preemptionStartDelaySeconds": 60}})
-    ticks = [dict(d) for d in replay.fold(audit_traces.ticks("c1"), config).decisions]
+    ticks = [dict(d) for d in fold.fold(audit_traces.ticks("c1"), config).decisions]
     # One TICK decides for both waiting DaemonSet pods: two records share a seq, legitimately.
     assert [d["seq"] for d in ticks][-2:] == [ticks[-1]["seq"]] * 2
     other = _decisions(traces.example())
@@ -104,7 +108,7 @@ def test_edited_record_is_named(
     problem = _verify_fails(capsys, path)
     assert problem == {
         "where": "line 3",
-        "kind": audit.EDITED,
+        "kind": verify.EDITED,
         "detail": "hash does not match the record's content",
         "id": example[2]["id"],
         "cluster": "default",
@@ -121,11 +125,11 @@ def test_removed_record_is_caught_at_the_next_one(
     example: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     problem = _verify_fails(capsys, _write(tmp_path / "d.jsonl", example[:3] + example[4:]))
-    assert (problem["where"], problem["kind"], problem["id"]) == ("line 4", audit.REMOVED, example[4]["id"])
+    assert (problem["where"], problem["kind"], problem["id"]) == ("line 4", verify.REMOVED, example[4]["id"])
     assert problem["detail"].startswith("prevHash is not the hash of the record before it (line 3)")
     # The head of the log cut off: the first record left does not start from the genesis hash.
     problem = _verify_fails(capsys, _write(tmp_path / "head.jsonl", example[2:]))
-    assert (problem["where"], problem["kind"], problem["id"]) == ("line 1", audit.REMOVED, example[2]["id"])
+    assert (problem["where"], problem["kind"], problem["id"]) == ("line 1", verify.REMOVED, example[2]["id"])
     assert "not the genesis hash" in problem["detail"]
     # Unless the log is known to be pruned by retention: then where the chain resumes is reported.
     code, out, _ = _run(capsys, "audit", "verify", str(tmp_path / "head.jsonl"), "--pruned")
@@ -137,7 +141,11 @@ def test_swapped_records_are_reordered(
 ) -> None:
     swapped = [*example[:2], example[3], example[2], *example[4:]]
     problem = _verify_fails(capsys, _write(tmp_path / "d.jsonl", swapped))
-    assert (problem["where"], problem["kind"], problem["id"]) == ("line 3", audit.REORDERED, example[3]["id"])
+    assert (problem["where"], problem["kind"], problem["id"]) == (
+        "line 3",
+        verify.REORDERED,
+        example[3]["id"],
+    )
     assert "line 4, later in the log" in problem["detail"]
 
 
@@ -153,7 +161,7 @@ def test_inserted_forgery_and_duplicates(
         dict(example[1], id="default/11/evil-uid", preemptor="default/evil"), example[1]["hash"]
     )
     problem = _verify_fails(capsys, _write(tmp_path / "d.jsonl", [*example[:2], forged, *example[2:]]))
-    assert (problem["where"], problem["kind"], problem["id"]) == ("line 4", audit.INSERTED, example[2]["id"])
+    assert (problem["where"], problem["kind"], problem["id"]) == ("line 4", verify.INSERTED, example[2]["id"])
     assert "record at line 2" in problem["detail"]
     # With a key the forgery itself is named: it carries no valid signature.
     forged_signed = dict(forged, sig=signed[1]["sig"])
@@ -161,11 +169,11 @@ def test_inserted_forgery_and_duplicates(
     forged_signed["sig"] = signed[1]["sig"]  # a copied sig does not match the new hash
     path = _write(tmp_path / "s.jsonl", [*signed[:2], forged_signed, *signed[2:]])
     problem = _verify_fails(capsys, path, "--hmac-key-file", str(key_file))
-    assert (problem["where"], problem["kind"]) == ("line 3", audit.BAD_SIGNATURE)
+    assert (problem["where"], problem["kind"]) == ("line 3", verify.BAD_SIGNATURE)
     # A duplicated record: named as such, or skipped when identical re-deliveries are allowed.
     dup = _write(tmp_path / "dup.jsonl", [*example[:3], example[2], *example[3:]])
     problem = _verify_fails(capsys, dup)
-    assert (problem["where"], problem["kind"]) == ("line 4", audit.DUPLICATE)
+    assert (problem["where"], problem["kind"]) == ("line 4", verify.DUPLICATE)
     assert "line 3" in problem["detail"]
     code, out, _ = _run(capsys, "audit", "verify", str(dup), "--allow-duplicates")
     assert code == 0 and "1 identical duplicate(s) skipped" in out
@@ -186,7 +194,7 @@ def test_signatures(
     problem = _verify_fails(capsys, path, "--hmac-key-file", str(wrong))
     assert (problem["where"], problem["kind"], problem["id"]) == (
         "line 1",
-        audit.BAD_SIGNATURE,
+        verify.BAD_SIGNATURE,
         signed[0]["id"],
     )
     stripped = [dict(d) for d in signed]
@@ -194,11 +202,11 @@ def test_signatures(
     problem = _verify_fails(
         capsys, _write(tmp_path / "stripped.jsonl", stripped), "--hmac-key-file", str(key_file)
     )
-    assert (problem["where"], problem["kind"], problem["id"]) == ("line 5", audit.UNSIGNED, signed[4]["id"])
+    assert (problem["where"], problem["kind"], problem["id"]) == ("line 5", verify.UNSIGNED, signed[4]["id"])
     problem = _verify_fails(
         capsys, _write(tmp_path / "plain.jsonl", example), "--hmac-key-file", str(key_file)
     )
-    assert (problem["where"], problem["kind"]) == ("line 1", audit.UNSIGNED)
+    assert (problem["where"], problem["kind"]) == ("line 1", verify.UNSIGNED)
 
 
 def test_edited_and_rehashed_record(
@@ -212,12 +220,12 @@ def test_edited_and_rehashed_record(
     rehashed = [dict(d) for d in example]
     rehashed[1] = chain.seal(dict(rehashed[1], outcome="fits"), rehashed[1]["prevHash"])
     problem = _verify_fails(capsys, _write(tmp_path / "d.jsonl", rehashed))
-    assert (problem["where"], problem["kind"]) == ("line 3", audit.REMOVED)
+    assert (problem["where"], problem["kind"]) == ("line 3", verify.REMOVED)
     assert "replaced and re-hashed" in problem["detail"]
     resigned = [dict(d) for d in signed]
     resigned[1] = chain.seal(dict(resigned[1], outcome="fits"), resigned[1]["prevHash"], b"forger-key")
     problem = _verify_fails(capsys, _write(tmp_path / "s.jsonl", resigned), "--hmac-key-file", str(key_file))
-    assert (problem["where"], problem["kind"]) == ("line 2", audit.BAD_SIGNATURE)
+    assert (problem["where"], problem["kind"]) == ("line 2", verify.BAD_SIGNATURE)
 
 
 def test_seq_going_back_is_caught(
@@ -226,7 +234,7 @@ def test_seq_going_back_is_caught(
     records = [dict(d) for d in example[:4]]
     records[3] = chain.seal(dict(records[3], seq=1), records[2]["hash"])  # well chained, but out of order
     problem = _verify_fails(capsys, _write(tmp_path / "d.jsonl", records))
-    assert (problem["where"], problem["kind"]) == ("line 4", audit.SEQ)
+    assert (problem["where"], problem["kind"]) == ("line 4", verify.SEQ)
 
 
 def test_truncation_is_caught_with_an_anchor(
@@ -247,9 +255,9 @@ def test_truncation_is_caught_with_an_anchor(
     code, _, _ = _run(capsys, "audit", "verify", str(truncated))
     assert code == 0  # what is left is a valid chain: only an anchor can tell
     problem = _verify_fails(capsys, truncated, "--anchor", example[-1]["hash"])
-    assert problem["kind"] == audit.TRUNCATED and "default ends at record 6" in problem["detail"]
+    assert problem["kind"] == verify.TRUNCATED and "default ends at record 6" in problem["detail"]
     problem = _verify_fails(capsys, truncated, "--anchor-file", str(anchor_file))
-    assert problem["kind"] == audit.TRUNCATED and problem["cluster"] == "default"
+    assert problem["kind"] == verify.TRUNCATED and problem["cluster"] == "default"
     # A log that grew after the anchor was taken still reaches it.
     code, out, _ = _run(capsys, "audit", "verify", str(full), "--anchor", example[5]["hash"])
     assert code == 0 and "reached (default record 6, 2 since)" in out
@@ -271,7 +279,7 @@ def test_bad_input_exits_2_with_one_line(
 ) -> None:
     good = _write(tmp_path / "d.jsonl", example)
     events = tmp_path / "events.jsonl"
-    traces.write(events, traces.example())
+    logio.write_jsonl(events, traces.example())
     empty_key = tmp_path / "empty"
     empty_key.write_bytes(b"\n")
     bad_anchor = tmp_path / "anchor.json"
@@ -299,7 +307,7 @@ def test_bad_input_exits_2_with_one_line(
 def recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, Path]:
     """A recorded run of the reprieve story: its full event log and its decision log."""
     trace = tmp_path / "trace.jsonl"
-    traces.write(trace, audit_traces.reprieve() + traces.example())
+    logio.write_jsonl(trace, audit_traces.reprieve() + traces.example())
     log, decisions = tmp_path / "log.jsonl", tmp_path / "decisions.jsonl"
     code, _, _ = _run(
         capsys, "replay", str(trace), "--simulate", "--log-out", str(log), "--decisions-out", str(decisions)

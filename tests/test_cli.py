@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-CASES = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "cases"
+CASES = Path(__file__).resolve().parent / "conformance" / "cases"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "cases"
 
 

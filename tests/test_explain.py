@@ -15,12 +15,16 @@ import orjson
 import pytest
 
 from engine.config import Config, parse
-from streams import cli, explain, replay, traces
+from streams.audit import explain
+from streams.cli import main
+from streams.kafka import logio
+from streams.pipeline import fold
+from streams.sim import traces
 from tests import audit_traces
 
 
 def _decisions(trace: list[dict[str, Any]], config: Config | None = None) -> list[dict[str, Any]]:
-    return [dict(d) for d in replay.fold(trace, config or Config()).decisions]
+    return [dict(d) for d in fold.fold(trace, config or Config()).decisions]
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +135,7 @@ def test_pod_never_mentioned(
     assert all("potentialVictims" in note for note in report.notes)
     path = tmp_path / "d.jsonl"
     path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in reprieve))
-    assert cli.main(["explain", "default/x", "--decisions", str(path)]) == 0
+    assert main.main(["explain", "default/x", "--decisions", str(path)]) == 0
     assert "is not mentioned" in capsys.readouterr().out
 
 
@@ -232,20 +236,20 @@ def test_command_line(
 ) -> None:
     path = tmp_path / "d.jsonl"
     path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in example))
-    assert cli.main(["explain", "default/ex1-a", "--decisions", str(path), "--output", "json"]) == 0
+    assert main.main(["explain", "default/ex1-a", "--decisions", str(path), "--output", "json"]) == 0
     answer = orjson.loads(capsys.readouterr().out)
     assert answer["mentioned"] and answer["findings"][0]["decision"] == "default/4/ex1-c-uid"
-    assert cli.main(["explain", "default/ex1-a", "--decisions", str(path)]) == 0
+    assert main.main(["explain", "default/ex1-a", "--decisions", str(path)]) == 0
     text = capsys.readouterr().out
     assert text.startswith("default/ex1-a: victim of 1 decision(s)")
     assert "\ndefault/4/ex1-c-uid  2026-01-01T00:00:10Z  cluster default  flow default\n" in text
     events = tmp_path / "events.jsonl"
-    traces.write(events, traces.example())
+    logio.write_jsonl(events, traces.example())
     for argv, message in [
         (["explain", "ex1-a", "--decisions", str(path)], "expected NAMESPACE/POD"),
         (["explain", "default/ex1-a", "--decisions", str(tmp_path / "none")], "No such file"),
         (["explain", "default/ex1-a", "--decisions", str(events)], "not a decision record"),
     ]:
-        assert cli.main(argv) == 2
+        assert main.main(argv) == 2
         out, err = capsys.readouterr()
         assert out == "" and message in err, (argv, err)

@@ -29,8 +29,8 @@ from typing import Any
 
 import orjson
 
-from streams import audit
-from streams.errors import UsageError
+from streams.audit import verify
+from streams.common.errors import UsageError
 
 VICTIM, SURVIVOR, PREEMPTOR, MEMBER = "victim", "survivor", "preemptor", "member"
 SHIFT = 2**31  # the engine counts victim priorities from -2^31 when summing them (DESIGN §4)
@@ -696,7 +696,7 @@ def read(location: str, pod: str, *, cluster: str | None) -> Report:
         if cluster is None or d.get("cluster") == cluster:
             report.add(d)
 
-    audit.scan(location, sink)
+    verify.scan(location, sink)
     report.finish()
     return report
 

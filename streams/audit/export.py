@@ -28,8 +28,9 @@ import orjson
 from aiokafka.errors import KafkaError
 
 from schemas import records
-from streams import audit, topics
-from streams.errors import UsageError
+from streams.audit import verify
+from streams.common.errors import UsageError
+from streams.kafka import reading
 
 EVENTS, RECORDS = "events", "records"
 # Progress is redrawn at most this often (and only on a terminal).
@@ -114,13 +115,13 @@ class Exporter:
 
 
 def export(location: str, out: IO[bytes], *, cluster: str | None) -> Exporter:
-    bootstrap, topic = topics.parse_topic_url(location)
-    audit.quiet_client_logs()
+    bootstrap, topic = reading.parse_topic_url(location)
+    verify.quiet_client_logs()
     exporter = Exporter(out, cluster=cluster, label=topic)
 
     async def read() -> None:
         # read_committed: on Kafka, records of aborted transactions are not part of the log.
-        async for m in topics.read_all(bootstrap, topic, read_committed=True):
+        async for m in reading.read_all(bootstrap, topic, read_committed=True):
             exporter.add(f"partition {m.partition} offset {m.offset}", m.value)
 
     try:
@@ -137,7 +138,7 @@ def export(location: str, out: IO[bytes], *, cluster: str | None) -> Exporter:
 def cmd(args: argparse.Namespace) -> int:
     if not args.topic.startswith("kafka://"):
         raise UsageError(f"export reads a topic: expected kafka://host:port/topic, got {args.topic}")
-    topics.parse_topic_url(args.topic)  # a bad URL fails before any file is created
+    reading.parse_topic_url(args.topic)  # a bad URL fails before any file is created
     started = time.perf_counter()
     if args.out:
         target = Path(args.out)

@@ -10,11 +10,13 @@ from typing import Any
 
 import orjson
 
-from streams import logio, replay, traces
-from streams.errors import UsageError
-from streams.options import load_config, load_key
-from streams.progress import Progress
-from streams.worker import tune_gc
+from streams.common.errors import UsageError
+from streams.common.options import load_config, load_key
+from streams.common.progress import Progress
+from streams.kafka import logio
+from streams.pipeline import fold
+from streams.pipeline.fold import tune_gc
+from streams.sim import simulator
 
 EXAMPLES = """examples:
   preemptctl replay trace.jsonl --simulate --decisions-out d.jsonl     the run, without a broker
@@ -68,12 +70,12 @@ def cmd(args: argparse.Namespace) -> int:
     if args.simulate:
         if len({e.get("cluster") or "default" for e in events}) > 1:
             raise UsageError("--simulate plays one cluster: split a multi-cluster trace by cluster")
-        result = replay.simulate(events, config, key=key)
+        result = simulator.simulate(events, config, key=key)
         if args.log_out:
-            traces.write(Path(args.log_out), result.log)
+            logio.write_jsonl(Path(args.log_out), result.log)
     else:
         progress = Progress(len(events), "replay")
-        result = replay.fold(events, config, key=key, progress=progress)
+        result = fold.fold(events, config, key=key, progress=progress)
         progress.close()
     elapsed = time.perf_counter() - started
     decisions: list[dict[str, Any]] = [dict(d) for d in result.decisions]

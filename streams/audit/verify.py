@@ -5,7 +5,7 @@ records with their position (a JSONL line, or a topic partition and offset),
 checking each cluster's hash chain, ids, sequence numbers and, with a key, HMAC
 signatures, naming the first bad record and why, and the chain head ("anchor")
 that catches a truncated tail once it is published somewhere the log's writer
-cannot reach. `streams.explain` reads decision logs through `scan` too.
+cannot reach. `streams.audit.explain` reads decision logs through `scan` too.
 
 What each check catches (schemas.chain):
 - a record's `hash` does not recompute from its content: it was edited;
@@ -35,9 +35,9 @@ import orjson
 from aiokafka.errors import KafkaError
 
 from schemas import chain
-from streams import logio, topics
-from streams.errors import UsageError
-from streams.options import load_key
+from streams.common.errors import UsageError
+from streams.common.options import load_key
+from streams.kafka import logio, reading
 
 EXIT_INTACT = 0
 EXIT_TAMPERED = 1
@@ -106,12 +106,12 @@ def scan(location: str, sink: Sink) -> None:
     plain consumer from its beginning. Unreadable input raises UsageError.
     """
     if logio.is_kafka(location):
-        bootstrap, topic = topics.parse_topic_url(location)
+        bootstrap, topic = reading.parse_topic_url(location)
         quiet_client_logs()
 
         async def read() -> None:
             # read_committed: records of aborted transactions (real Kafka) never happened.
-            async for m in topics.read_all(bootstrap, topic, read_committed=True):
+            async for m in reading.read_all(bootstrap, topic, read_committed=True):
                 sink(f"partition {m.partition} offset {m.offset}", m.key, m.value)
 
         try:

@@ -30,7 +30,8 @@ from engine.config import Config
 from engine.decision import PREEMPT, Decision
 from engine.index import Index
 from engine.objects import Pod
-from streams import machine, workloads
+from streams.bench import machine
+from streams.sim import workloads
 
 # Decisions the reference makes in a run: it needs ~0.1-1 s each at 5,000 nodes.
 DEFAULT_REFERENCE_DECISIONS = 5

@@ -32,8 +32,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from engine.config import Config
 from schemas import VERSION, records
-from streams import broker as broker_mod
-from streams import machine, replay, traces
+from streams.bench import machine
+from streams.brokers import embedded, process
+from streams.kafka import topics
+from streams.sim import simulator, traces
 
 RAW_MESSAGES = 50_000
 RAW_VALUE = b"x" * 1024
@@ -49,7 +51,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 async def raw_rates(bootstrap: str, topic: str) -> tuple[float, float]:
-    await broker_mod.ensure_topics(bootstrap, [broker_mod.TopicSpec(topic)])
+    await topics.ensure_topics(bootstrap, [topics.TopicSpec(topic)])
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=256 * 1024)
     await producer.start()
     started = time.perf_counter()
@@ -128,7 +130,7 @@ def fold_rate(
     """`already`: events other stages left in the topic, folded too (a new group reads from the start)."""
     cluster = f"bench-{uuid.uuid4().hex[:6]}"
     asyncio.run(_produce_log(bootstrap, cluster, log, per_record))
-    port = broker_mod.free_loopback_port()
+    port = process.free_loopback_port()
     proc = _worker(url, tmp / "fold-store", f"bench-fold-{cluster}", port)
     try:
         deadline = time.monotonic() + FOLD_TIMEOUT_S
@@ -211,10 +213,10 @@ async def _latency(
 
 def latency(url: str, bootstrap: str, nodes: int, rate: float, tmp: Path) -> dict[str, Any]:
     cluster = f"lat-{uuid.uuid4().hex[:6]}"
-    expected = replay.simulate([dict(e, cluster=cluster) for e in traces.basic(nodes)], Config())
+    expected = simulator.simulate([dict(e, cluster=cluster) for e in traces.basic(nodes)], Config())
     # Which event (by its position in the log) leads to which decision.
     triggers = {d["seq"]: d["id"] for d in expected.decisions}
-    port = broker_mod.free_loopback_port()
+    port = process.free_loopback_port()
     proc = _worker(url, tmp / "lat-store", f"bench-lat-{cluster}", port)
     try:
         deadline = time.monotonic() + 60
@@ -244,17 +246,17 @@ def cmd(args: argparse.Namespace) -> int:
             url = args.broker
             name = "kafka (given)"
         else:
-            url = stack.enter_context(broker_mod.EmbeddedBroker()).url
+            url = stack.enter_context(embedded.EmbeddedBroker()).url
             name = "tansu (embedded)"
-        bootstrap = broker_mod.parse_broker_url(url)
-        asyncio.run(broker_mod.ensure_topics(bootstrap))
+        bootstrap = topics.parse_broker_url(url)
+        asyncio.run(topics.ensure_topics(bootstrap))
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="preemptctl-bench-")))
         raw_topic = f"bench-raw-{uuid.uuid4().hex[:6]}"
         produce, consume = asyncio.run(raw_rates(bootstrap, raw_topic))
         # Latency first, on an empty cluster-events topic: a worker of a new group reads
         # the topic from its start, and a backlog would be measured as latency.
         lat = latency(url, bootstrap, args.latency_nodes, args.rate, tmp)
-        log = replay.simulate(traces.basic(args.nodes), Config()).log
+        log = simulator.simulate(traces.basic(args.nodes), Config()).log
         fold = fold_rate(url, bootstrap, log, args.events_per_record, tmp, already=lat.pop("events_offered"))
     result = {
         "benchmark": "pipeline",

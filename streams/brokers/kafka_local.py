@@ -6,7 +6,7 @@ into a cache dir, and each `LocalKafka` formats a fresh temp log dir with
 `kafka.tools.StorageTool` and runs `kafka.Kafka` on it. Unlike the embedded tansu,
 this broker has transactions, read_committed, compaction and exact end offsets.
 
-    python -m streams.kafka_local [--port 9092] [--create-topics]
+    python -m streams.brokers.kafka_local [--port 9092] [--create-topics]
 
 prints the bootstrap address on stdout and serves until Ctrl-C.
 """
@@ -30,12 +30,14 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from streams import broker
+from streams.brokers import process
+from streams.kafka import topics as kafka_topics
+from streams.kafka.topics import BrokerUnavailable
 
 # Keep in step with <kafka.version> in deploy/kafka/pom.xml (a test checks it):
 # the version names the cache dir, so a bump never reuses stale jars.
 KAFKA_VERSION = "3.9.2"
-POM = Path(__file__).resolve().parent.parent / "deploy" / "kafka" / "pom.xml"
+POM = Path(__file__).resolve().parents[2] / "deploy" / "kafka" / "pom.xml"
 CACHE_ENV = "PREEMPTCTL_KAFKA_CACHE"
 DEFAULT_CACHE = Path.home() / ".cache" / "preemptctl" / f"kafka-{KAFKA_VERSION}"
 # The jar whose presence says the assembly is there (libs/ only appears once complete).
@@ -119,7 +121,7 @@ def find_java() -> Path:
         return Path(java_home) / "bin" / "java"
     found = shutil.which("java")
     if found is None:
-        raise broker.BrokerUnavailable(
+        raise BrokerUnavailable(
             "java not found: install a JDK 17+ (e.g. apt-get install openjdk-17-jre-headless)"
         )
     return Path(found)
@@ -132,12 +134,12 @@ def assemble(cache: Path | None = None, *, pom: Path = POM) -> Path:
         return libs
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise broker.BrokerUnavailable(
+        raise BrokerUnavailable(
             f"mvn not found: install Maven (e.g. apt-get install maven) or set {CACHE_ENV} "
             "to a dir with assembled libs/"
         )
     if not pom.is_file():
-        raise broker.BrokerUnavailable(f"{pom} not found: assemble Kafka from a source checkout")
+        raise BrokerUnavailable(f"{pom} not found: assemble Kafka from a source checkout")
     libs.parent.mkdir(parents=True, exist_ok=True)
     # Maven writes into a private dir that is renamed into place only when complete,
     # so an interrupted download or a concurrent test run never sees half a classpath.
@@ -160,10 +162,10 @@ def assemble(cache: Path | None = None, *, pom: Path = POM) -> Path:
                 timeout=MVN_TIMEOUT_S,
             )
         except subprocess.TimeoutExpired as e:
-            raise broker.BrokerUnavailable(f"mvn did not finish within {MVN_TIMEOUT_S:g} s") from e
+            raise BrokerUnavailable(f"mvn did not finish within {MVN_TIMEOUT_S:g} s") from e
         if done.returncode != 0 or not (partial / _BROKER_JAR).is_file():
             last = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()][-1:]
-            raise broker.BrokerUnavailable(
+            raise BrokerUnavailable(
                 f"mvn could not assemble Kafka {KAFKA_VERSION} (exit {done.returncode}): {' '.join(last)}"
             )
         with contextlib.suppress(OSError):  # another process renamed its copy first: use that
@@ -191,7 +193,7 @@ def new_cluster_id() -> str:
             return cid
 
 
-class LocalKafka(broker.BrokerProcess):
+class LocalKafka(process.BrokerProcess):
     """Apache Kafka KRaft single node on loopback, with a temp log dir deleted on stop.
 
     >>> with LocalKafka() as kafka:
@@ -243,7 +245,7 @@ class LocalKafka(broker.BrokerProcess):
         shutil.rmtree(data, ignore_errors=True)
         config = self._workdir / "server.properties"
         config.write_text(
-            server_properties(port=port, controller_port=broker.free_loopback_port(), log_dir=data)
+            server_properties(port=port, controller_port=process.free_loopback_port(), log_dir=data)
         )
         try:
             formatted = subprocess.run(
@@ -256,11 +258,10 @@ class LocalKafka(broker.BrokerProcess):
                 timeout=FORMAT_TIMEOUT_S,
             )
         except subprocess.TimeoutExpired as e:
-            raise broker.BrokerUnavailable(f"kafka StorageTool format hung (log: {self.log_path})") from e
+            raise BrokerUnavailable(f"kafka StorageTool format hung (log: {self.log_path})") from e
         if formatted.returncode != 0:
-            raise broker.BrokerUnavailable(
-                f"kafka StorageTool format failed: {broker.log_summary(self.log_path)} (log: {self.log_path})"
-            )
+            why = process.log_summary(self.log_path)
+            raise BrokerUnavailable(f"kafka StorageTool format failed: {why} (log: {self.log_path})")
         return subprocess.Popen(
             self._java_command("kafka.Kafka", str(config)),
             stdin=subprocess.DEVNULL,
@@ -281,7 +282,7 @@ def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Serve a local Kafka until Ctrl-C; the bootstrap address is the only stdout line."""
     parser = argparse.ArgumentParser(
-        prog="python -m streams.kafka_local",
+        prog="python -m streams.brokers.kafka_local",
         description="Run a single-node Apache Kafka (KRaft) on loopback until Ctrl-C.",
     )
     parser.add_argument("--port", type=int, help="listener port (default: a free one)")
@@ -289,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--partitions",
         type=int,
-        default=broker.DEFAULT_PARTITIONS,
+        default=kafka_topics.DEFAULT_PARTITIONS,
         help="partitions per topic with --create-topics",
     )
     args = parser.parse_args(argv)
@@ -301,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with LocalKafka(port=args.port) as kafka:
             if args.create_topics:
-                topics = broker.topic_specs(partitions=args.partitions)
-                asyncio.run(broker.ensure_topics(kafka.bootstrap, topics))
+                topics = kafka_topics.topic_specs(partitions=args.partitions)
+                asyncio.run(kafka_topics.ensure_topics(kafka.bootstrap, topics))
             print(kafka.bootstrap, flush=True)
             print(
                 f"kafka {KAFKA_VERSION} ready at {kafka.url} in {time.monotonic() - started:.1f} s "
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(_SERVE_POLL_S)
             print(f"kafka exited on its own (log: {kafka.log_path})", file=sys.stderr)
             return 1
-    except broker.BrokerUnavailable as e:
+    except BrokerUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

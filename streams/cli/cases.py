@@ -10,7 +10,7 @@ import yaml
 
 from engine import case as case_mod
 from engine.errors import EngineError
-from streams.errors import UsageError
+from streams.common.errors import UsageError
 
 try:  # libyaml when present: several times faster on large cases
     _Loader: Any = yaml.CSafeLoader

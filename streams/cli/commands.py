@@ -4,30 +4,23 @@ from __future__ import annotations
 
 import argparse
 
-from streams import (
-    actuator,
-    audit,
-    bench_engine,
-    bench_pipeline,
-    explain,
-    export,
-    replay_cmd,
-    run,
-    source,
-    worker_app,
-)
+from streams.audit import explain, export, replay, verify
+from streams.bench import engine, pipeline
+from streams.kube import actuator, source
+from streams.pipeline import app
+from streams.sim import run
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser("bench", help="benchmarks (engine, pipeline)", description="Run a benchmark.")
     kinds = bench.add_subparsers(dest="bench", metavar="KIND")
-    bench_engine.register(kinds)
-    bench_pipeline.register(kinds)
+    engine.register(kinds)
+    pipeline.register(kinds)
     source.register(sub)
-    worker_app.register(sub)
+    app.register(sub)
     actuator.register(sub)
     run.register(sub)
-    replay_cmd.register(sub)
-    audit.register(sub)
+    replay.register(sub)
+    verify.register(sub)
     export.register(sub)
     explain.register(sub)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import orjson
 
-from streams import cases, render
-from streams.errors import UsageError
+from streams.cli import cases, render
+from streams.common.errors import UsageError
 
 EXIT_USAGE = 2
 
@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"preemptctl: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:
-        from streams.broker import BrokerUnavailable
+        from streams.kafka.topics import BrokerUnavailable
 
         if not isinstance(exc, BrokerUnavailable):
             raise
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _load_commands() -> None:
     import importlib
 
-    for name in ("streams.commands",):
+    for name in ("streams.cli.commands",):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:

@@ -12,7 +12,7 @@ import yaml
 
 from engine import config as config_mod
 from engine.errors import InvalidConfig
-from streams.errors import UsageError
+from streams.common.errors import UsageError
 
 
 def load_config(path: str | None) -> config_mod.Config:

@@ -1,17 +1,18 @@
-"""Reading event logs and decision logs from JSONL files or Kafka topics (kafka://host:port/topic)."""
+"""Logs as files or topics: event logs and decision logs from JSONL files or kafka://host:port/topic."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from schemas import records
-from streams import topics, traces
-from streams.errors import UsageError
+from schemas.records import event_problem
+from streams.common.errors import UsageError
+from streams.kafka import reading
 
 
 def is_kafka(location: str) -> bool:
@@ -21,12 +22,12 @@ def is_kafka(location: str) -> bool:
 def read_events(location: str, *, on_bad: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Every event of a log, in order, each with its `cluster`."""
     if not is_kafka(location):
-        return traces.read(Path(location))
-    bootstrap, topic = topics.parse_topic_url(location)
+        return read_trace(Path(location))
+    bootstrap, topic = reading.parse_topic_url(location)
 
     async def collect() -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        async for m in topics.read_all(bootstrap, topic):
+        async for m in reading.read_all(bootstrap, topic):
             try:
                 batch = records.decode_batch(m.value)
             except records.DecodeError as exc:
@@ -41,11 +42,11 @@ def read_events(location: str, *, on_bad: Callable[[str], None] | None = None) -
 
 def read_decisions(location: str) -> list[dict[str, Any]]:
     if is_kafka(location):
-        bootstrap, topic = topics.parse_topic_url(location)
+        bootstrap, topic = reading.parse_topic_url(location)
 
         async def collect() -> list[dict[str, Any]]:
             return [
-                orjson.loads(m.value) async for m in topics.read_all(bootstrap, topic, read_committed=True)
+                orjson.loads(m.value) async for m in reading.read_all(bootstrap, topic, read_committed=True)
             ]
 
         return asyncio.run(collect())
@@ -65,7 +66,33 @@ def read_decisions(location: str) -> list[dict[str, Any]]:
     return out
 
 
-def write_jsonl(path: Path, items: list[Any]) -> None:
+def write_jsonl(path: Path, items: Iterable[Any]) -> int:
+    """Write items one JSON document per line (a trace, an event log, decisions); the count written."""
+    n = 0
     with path.open("wb") as f:
         for item in items:
             f.write(orjson.dumps(item) + b"\n")
+            n += 1
+    return n
+
+
+def read_trace(path: Path) -> list[dict[str, Any]]:
+    """A JSONL trace; UsageError naming the first bad line."""
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror or exc}") from exc
+    events = []
+    with handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                event = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise UsageError(f"{path}:{number}: not JSON: {exc}") from exc
+            problem = event_problem(event)
+            if problem:
+                raise UsageError(f"{path}:{number}: {problem}")
+            events.append(event)
+    return events

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from streams.errors import UsageError
+from streams.common.errors import UsageError
 
 # An empty poll this long after reaching the reported end means the topic is read.
 IDLE_POLL_MS = 300

@@ -15,7 +15,7 @@ from typing import Protocol, Self
 
 from aiokafka import AIOKafkaProducer
 
-from streams import broker
+from streams.kafka import topics
 
 # Acknowledged by every in-sync replica before `send` returns: a record the source
 # or actuator considers written must survive the loss of the partition leader.
@@ -25,7 +25,7 @@ PRODUCER_ACKS = "all"
 PRODUCER_REQUEST_TIMEOUT_MS = 30_000
 # Large enough for a ~1 MiB cluster-events batch, or a single Kubernetes object
 # at etcd's 1.5 MiB limit, within the topic's max.message.bytes.
-PRODUCER_MAX_REQUEST_BYTES = broker.CLUSTER_EVENTS_MAX_MESSAGE_BYTES
+PRODUCER_MAX_REQUEST_BYTES = topics.CLUSTER_EVENTS_MAX_MESSAGE_BYTES
 
 Headers = Sequence[tuple[str, bytes]]
 

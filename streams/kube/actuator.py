@@ -5,15 +5,15 @@ This module owns a decision record's path through the actuator:
    their content, and, when an HMAC key is configured, unsigned or forged ones
    go to preemption.dead-letter unchanged, with their origin and the reason.
 2. Decisions of other clusters are skipped; only `preempt` decisions act.
-3. The preemptor is nominated, then each victim is acted on (streams.eviction
+3. The preemptor is nominated, then each victim is acted on (streams.kube.eviction
    holds every Kubernetes edge case) and exactly one outcome per (decision id,
    victim uid) is written to preemption.evictions, keyed by victim uid. The
-   ledger (streams.ledger) plus the evictions topic read back at start make
+   ledger (streams.kube.ledger) plus the evictions topic read back at start make
    "exactly one" hold across redeliveries, rebalances and restarts.
 4. The decision's offset is committed only once all its outcomes are written,
    so a crash at any point redelivers the decision and the ledger skips what
    was done.
-Only the Lease holder writes to the cluster (streams.lease); a dry-run
+Only the Lease holder writes to the cluster (streams.kube.lease); a dry-run
 actuator writes nothing real, takes no Lease, and keeps its own consumer group
 and its own outcomes (marked dryRun) apart from the real actuator's.
 """
@@ -39,10 +39,12 @@ from prometheus_client import Counter
 
 from schemas import VERSION, chain, records
 from schemas.records import DEAD_LETTER, DECISIONS, EVICTIONS, DecisionRecord, EvictionRecord, VictimRecord
-from streams import component, eviction, health, kube, lease, options, source
-from streams.errors import UsageError
-from streams.ledger import Ledger, nomination_subject
-from streams.sink import KafkaSink, RecordSink
+from streams.common import health, options
+from streams.common.errors import UsageError
+from streams.kafka.sink import KafkaSink, RecordSink
+from streams.kube import api as kube
+from streams.kube import component, eviction, lease, source
+from streams.kube.ledger import Ledger, nomination_subject
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 The source, the worker and the actuator are separate processes (`preemptctl
 source|worker|actuator`) with the same operational surface: `--broker`,
 `--kubeconfig/--context`, `--log-level`, `--no-create-topics`, the health
-flags (streams.health), SIGTERM/SIGINT for a clean stop, and waiting for a
+flags (streams.common.health), SIGTERM/SIGINT for a clean stop, and waiting for a
 broker that starts after them instead of crash-looping.
 """
 
@@ -19,8 +19,10 @@ from collections.abc import Callable
 from aiokafka.errors import KafkaError
 from kubernetes_asyncio import client
 
-from streams import broker, health, kube
-from streams.errors import UsageError
+from streams.common import health
+from streams.common.errors import UsageError
+from streams.kafka import topics
+from streams.kube import api
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
 
 def bootstrap_of(url: str) -> str:
     try:
-        return broker.parse_broker_url(url)
+        return topics.parse_broker_url(url)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
@@ -62,8 +64,8 @@ def configure_logging(level: str) -> None:
 async def connect(args: argparse.Namespace) -> client.ApiClient:
     """The ApiClient for `--kubeconfig/--context`; a config that cannot be loaded is a usage error."""
     try:
-        return await kube.connect(args.kubeconfig, context=args.context)
-    except (OSError, kube.ConfigException) as exc:
+        return await api.connect(args.kubeconfig, context=args.context)
+    except (OSError, api.ConfigException) as exc:
         raise UsageError(f"cannot load Kubernetes config: {exc}") from exc
 
 
@@ -82,12 +84,12 @@ async def prepare_broker(bootstrap: str, *, create_topics: bool) -> None:
     """
     if not create_topics:
         return
-    backoff = kube.Backoff()
+    backoff = api.Backoff()
     while True:
         try:
-            await broker.ensure_topics(bootstrap)
+            await topics.ensure_topics(bootstrap)
             return
-        except (KafkaError, OSError, broker.BrokerUnavailable) as exc:
+        except (KafkaError, OSError, topics.BrokerUnavailable) as exc:
             delay = backoff.delay()
             log.warning("broker %s not ready (%s); retrying in %.1fs", bootstrap, exc, delay)
             await asyncio.sleep(delay)

@@ -53,7 +53,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter, Histogram
 
 from schemas.records import EvictionResult, VictimRecord
-from streams import kube
+from streams.kube import api as kube
 
 log = logging.getLogger(__name__)
 

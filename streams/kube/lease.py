@@ -23,7 +23,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge
 
-from streams import kube
+from streams.kube import api as kube
 
 log = logging.getLogger(__name__)
 

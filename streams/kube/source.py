@@ -45,8 +45,10 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from schemas import VERSION
 from schemas.records import CLUSTER_EVENTS
-from streams import component, health, kube
-from streams.sink import KafkaSink, RecordSink
+from streams.common import health
+from streams.kafka.sink import KafkaSink, RecordSink
+from streams.kube import api as kube
+from streams.kube import component
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,13 @@ import orjson
 from engine import config as config_mod
 from schemas import records
 from schemas.records import DecisionRecord
-from streams import broker as broker_mod
-from streams import faust_transport, options, topics
-from streams import health as health_mod
-from streams.worker import PartitionWorker, last_visible_decisions, tune_gc
+from streams.common import health as health_mod
+from streams.common import options
+from streams.kafka import reading
+from streams.kafka import topics as kafka_topics
+from streams.pipeline import transport
+from streams.pipeline.fold import tune_gc
+from streams.pipeline.worker import PartitionWorker, last_visible_decisions
 
 log = logging.getLogger("preemptctl.worker")
 
@@ -53,10 +56,10 @@ def build_app(
     health_host: str = health_mod.DEFAULT_HOST,
     health_port: int | None = None,
 ) -> faust.App:
-    faust_transport.register()
+    transport.register()
     app = faust.App(
         app_id,
-        broker=f"{faust_transport.SCHEME}://{bootstrap}",
+        broker=f"{transport.SCHEME}://{bootstrap}",
         store="memory://",
         processing_guarantee=guarantee,
         broker_session_timeout=SESSION_TIMEOUT_S,
@@ -102,7 +105,7 @@ def build_app(
         visible = last_visible_decisions(
             [
                 orjson.loads(m.value)
-                async for m in topics.read_all(
+                async for m in reading.read_all(
                     bootstrap, records.DECISIONS, read_committed=guarantee == "exactly_once"
                 )
             ]
@@ -149,7 +152,7 @@ def build_app(
                     msg.offset,
                     worker.position,
                 )
-                async for gap in topics.read_range(
+                async for gap in reading.read_range(
                     bootstrap, records.CLUSTER_EVENTS, msg.partition, worker.resume_offset, msg.offset
                 ):
                     await worker.process(gap.offset, gap.key, gap.value)
@@ -176,7 +179,7 @@ def build_app(
 
 
 def cmd(args: argparse.Namespace) -> int:
-    bootstrap = broker_mod.parse_broker_url(args.broker)
+    bootstrap = kafka_topics.parse_broker_url(args.broker)
     tune_gc()
     config = options.load_config(args.config)
     key = options.load_key(args.hmac_key_file)

@@ -16,12 +16,11 @@ reflects, and the rules that keep decisions exactly-once in effect:
   the replayed decisions are byte-identical, and the missing ones are sent.
 Malformed records and events go to the dead-letter topic with their origin.
 
-The faust app (streams.worker_app) is the thin transport around it.
+The faust app (streams.pipeline.app) is the thin transport around it.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -35,8 +34,8 @@ from prometheus_client import Counter, Gauge, Histogram
 from engine.config import Config
 from schemas import records
 from schemas.records import DecisionRecord
-from streams.controller import BadEvent, Controller
-from streams.store import Store
+from streams.pipeline.controller import BadEvent, Controller
+from streams.pipeline.store import Store
 
 log = logging.getLogger("preemptctl.worker")
 
@@ -58,12 +57,6 @@ RECORD_SECONDS = Histogram(
 CHECKPOINT_INTERVAL_S = 0.2
 CHECKPOINT_MAX_RECORDS = 1000
 
-# The cyclic garbage collector's first-generation threshold for folding processes.
-# The index holds hundreds of thousands of long-lived, acyclic objects; at the
-# default (700) every few records of parsed JSON trigger collections that walk
-# them, which cost a third of the worker's time on a 30k-event log. 50,000 keeps
-# collections rare; cycles (rare here) are still collected.
-GC_GEN0_THRESHOLD = 50_000
 
 POSITION = Gauge("preemptctl_worker_position", "The cluster-events offset the store reflects.", ["partition"])
 
@@ -223,12 +216,6 @@ class PartitionWorker:
     def close(self) -> None:
         self.checkpoint()
         self.store.close()
-
-
-def tune_gc() -> None:
-    """Collect rarely: see GC_GEN0_THRESHOLD."""
-    _, gen1, gen2 = gc.get_threshold()
-    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
 def _already_visible(state: Mapping[str, Any], seen: tuple[int, frozenset[str]] | None) -> bool:

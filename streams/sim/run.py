@@ -31,12 +31,13 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from schemas import VERSION, records
-from streams import broker as broker_mod
-from streams import logio, traces
-from streams.errors import UsageError
-from streams.options import load_config, load_key
-from streams.replay import DEFAULT_CLUSTER, Fleet
-from streams.simulator import Simulator
+from streams.brokers.embedded import EmbeddedBroker
+from streams.common.errors import UsageError
+from streams.common.options import load_config, load_key
+from streams.kafka import logio, topics
+from streams.pipeline.fold import DEFAULT_CLUSTER, Fleet
+from streams.sim import traces
+from streams.sim.simulator import Simulator
 
 # Events per cluster-events record at most, and bytes per record at most (DESIGN §5).
 MAX_BATCH_EVENTS = 500
@@ -123,7 +124,7 @@ class Run:
         return [self.received[i] for i in ids]
 
     async def play(self, *, until_idle: bool, decisions_out: Path | None) -> None:
-        await broker_mod.ensure_topics(self.bootstrap)
+        await topics.ensure_topics(self.bootstrap)
         producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=2)
         # A short fetch wait: the embedded broker holds a fetch for the whole wait.
         consumer = AIOKafkaConsumer(
@@ -236,7 +237,7 @@ def stop_worker(proc: subprocess.Popen[bytes]) -> None:
 def cmd(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     key = load_key(args.hmac_key_file)
-    trace = traces.read(Path(args.trace)) if args.trace else traces.example()
+    trace = logio.read_trace(Path(args.trace)) if args.trace else traces.example()
     if len({e.get("cluster") or "default" for e in trace}) > 1:
         raise UsageError("the simulated cluster plays one cluster: split a multi-cluster trace by cluster")
     if args.kubeconfig:
@@ -248,11 +249,11 @@ def cmd(args: argparse.Namespace) -> int:
         if args.broker:
             url = args.broker
         else:
-            embedded = stack.enter_context(broker_mod.EmbeddedBroker())
+            embedded = stack.enter_context(EmbeddedBroker())
             url = embedded.url
             print(f"embedded broker (tansu) on {embedded.bootstrap}", file=sys.stderr, flush=True)
-        bootstrap = broker_mod.parse_broker_url(url)
-        asyncio.run(broker_mod.ensure_topics(bootstrap))
+        bootstrap = topics.parse_broker_url(url)
+        asyncio.run(topics.ensure_topics(bootstrap))
         store_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="preemptctl-run-")))
         worker = start_worker(url, store_dir, args.config, args.hmac_key_file)
         stack.callback(stop_worker, worker)

@@ -28,10 +28,13 @@ from typing import Any
 from engine import cluster as cluster_mod
 from engine import objects, timeutil
 from engine.cluster import Cluster
+from engine.config import Config
 from engine.default import Preemptor
 from engine.index import Index
 from engine.objects import Pod
 from schemas.records import ClusterEvent
+from streams.pipeline.controller import BadEvent
+from streams.pipeline.fold import DEFAULT_CLUSTER, Fleet, Result
 
 IMMEDIATE, TRACE, DELAYED = -1, 0, 1
 # Log time between TICK events the simulator writes while the cluster is quiet.
@@ -262,3 +265,21 @@ class Simulator:
                     }
                 ]
                 self._emit("MODIFIED", raw, at=self._now, origin=IMMEDIATE)
+
+
+def simulate(trace: Sequence[Mapping[str, Any]], config: Config, *, key: bytes | None = None) -> Result:
+    fleet = Fleet(config, key)
+    sim = Simulator(trace)
+    result = Result()
+    for n, event in enumerate(sim):
+        event = dict(event, cluster=event.get("cluster", DEFAULT_CLUSTER))  # type: ignore[assignment]
+        result.log.append(event)  # type: ignore[arg-type]
+        try:
+            decisions = fleet.handle(event)
+        except BadEvent as exc:
+            result.bad.append((n, str(exc)))
+            continue
+        result.decisions.extend(decisions)
+        sim.react(decisions)
+        result.events += 1
+    return result

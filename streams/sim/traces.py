@@ -1,4 +1,4 @@
-"""Event traces (conformance/TRACE.md): reading, writing, and the bundled examples.
+"""The bundled event traces (docs/case-format.md, traces): the seed examples and PreemptionBasic.
 
 The examples are the seed design's Examples 1-4 (Pod Preemption in Kubernetes),
 each on its own nodes in one cluster, plus a PreemptionBasic-shaped trace of any
@@ -8,50 +8,13 @@ cannot drift apart.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
-import orjson
-
 from engine import timeutil
-from schemas.records import event_problem
-from streams import workloads
-from streams.errors import UsageError
+from streams.sim import workloads
 
 T0 = timeutil.parse("2026-01-01T00:00:00Z")
 EXAMPLE_LABEL = "preemptctl.example/story"
-
-
-def read(path: Path) -> list[dict[str, Any]]:
-    """A JSONL trace; UsageError naming the first bad line."""
-    try:
-        handle = path.open("rb")
-    except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror or exc}") from exc
-    events = []
-    with handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                event = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise UsageError(f"{path}:{number}: not JSON: {exc}") from exc
-            problem = event_problem(event)
-            if problem:
-                raise UsageError(f"{path}:{number}: {problem}")
-            events.append(event)
-    return events
-
-
-def write(path: Path, events: Iterable[Mapping[str, Any]]) -> int:
-    n = 0
-    with path.open("wb") as f:
-        for event in events:
-            f.write(orjson.dumps(event) + b"\n")
-            n += 1
-    return n
 
 
 def _at(seconds: float) -> str:
@@ -139,8 +102,3 @@ def basic(nodes: int, preemptors: int | None = None, *, spacing: float = 0.01) -
         obj["metadata"]["creationTimestamp"] = _at(at)
         ev.append(_added(at, obj))
     return ev
-
-
-def iter_lines(events: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
-    for e in events:
-        yield orjson.dumps(e) + b"\n"

@@ -20,8 +20,8 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from schemas import records
-from streams import broker as broker_mod
-from streams import topics
+from streams.kafka import reading
+from streams.kafka import topics as kafka_topics
 
 # A worker must produce what the log calls for within this long (group join included).
 DECISIONS_TIMEOUT_S = 90.0
@@ -39,7 +39,7 @@ async def produce(
     per_record: int = 10,
     raw: Sequence[bytes] = (),
 ) -> None:
-    await broker_mod.ensure_topics(bootstrap)
+    await kafka_topics.ensure_topics(bootstrap)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
     try:
@@ -93,7 +93,7 @@ def stop(proc: subprocess.Popen[bytes], *, kill: bool = False) -> None:
 
 async def decisions(bootstrap: str, cluster: str, *, read_committed: bool = False) -> list[dict[str, Any]]:
     out = []
-    async for m in topics.read_all(bootstrap, records.DECISIONS, read_committed=read_committed):
+    async for m in reading.read_all(bootstrap, records.DECISIONS, read_committed=read_committed):
         d = orjson.loads(m.value)
         if d.get("cluster") == cluster:
             out.append(d)
@@ -124,7 +124,7 @@ async def wait_for_decisions(
 
 async def dead_letters(bootstrap: str, cluster: str) -> list[tuple[bytes, dict[str, bytes]]]:
     out = []
-    async for m in topics.read_all(bootstrap, records.DEAD_LETTER):
+    async for m in reading.read_all(bootstrap, records.DEAD_LETTER):
         if m.key == cluster.encode():
             out.append((m.value, dict(m.headers)))
     return out

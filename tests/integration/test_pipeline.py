@@ -18,8 +18,9 @@ import orjson
 import pytest
 
 from engine.config import Config
-from streams import replay, traces
-from streams.run import Run, start_worker, stop_worker
+from streams.pipeline import fold
+from streams.sim import simulator, traces
+from streams.sim.run import Run, start_worker, stop_worker
 from tests.integration import pipeline
 
 
@@ -27,8 +28,8 @@ def _cluster() -> str:
     return f"c-{uuid.uuid4().hex[:8]}"
 
 
-def _expected(trace: list[dict[str, Any]], cluster: str) -> replay.Result:
-    return replay.simulate(pipeline.with_cluster(trace, cluster), Config())
+def _expected(trace: list[dict[str, Any]], cluster: str) -> fold.Result:
+    return simulator.simulate(pipeline.with_cluster(trace, cluster), Config())
 
 
 def test_examples_1_to_4_through_run(broker: str, tmp_path: Path) -> None:
@@ -45,12 +46,12 @@ def test_examples_1_to_4_through_run(broker: str, tmp_path: Path) -> None:
     want = _expected(traces.example(), cluster).decisions
     assert (tmp_path / "d.jsonl").read_bytes() == b"".join(orjson.dumps(d) + b"\n" for d in want)
     # The log run wrote to cluster-events, read back from the topic, replays to the same decisions.
-    from streams import logio
+    from streams.kafka import logio
 
     written = [
         e for e in logio.read_events(f"kafka://{broker}/preemption.cluster-events") if e["cluster"] == cluster
     ]
-    assert replay.fold(written, Config()).decisions == want
+    assert fold.fold(written, Config()).decisions == want
     story = [
         (
             d["preemptor"],
@@ -109,14 +110,14 @@ def test_replay_of_the_topic_reproduces_the_decisions(tansu_broker: str, tmp_pat
         got = asyncio.run(pipeline.wait_for_decisions(tansu_broker, cluster, len(expected.decisions)))
     finally:
         pipeline.stop(worker)
-    from streams import logio
+    from streams.kafka import logio
 
     log = [
         e
         for e in logio.read_events(f"kafka://{tansu_broker}/preemption.cluster-events")
         if e["cluster"] == cluster
     ]
-    assert replay.fold(log, Config()).decisions == got == expected.decisions
+    assert fold.fold(log, Config()).decisions == got == expected.decisions
 
 
 def test_duplicate_delivery_changes_nothing(tansu_broker: str, tmp_path: Path) -> None:
@@ -148,7 +149,7 @@ def _kill_mid_trace(
     lose_store: bool,
     guarantee: str = "at_least_once",
     read_committed: bool = False,
-) -> tuple[list[dict[str, Any]], replay.Result]:
+) -> tuple[list[dict[str, Any]], fold.Result]:
     """Half the log in, SIGKILL the worker as soon as decisions flow, the rest in, restart."""
     cluster = _cluster()
     expected = _expected(traces.basic(80), cluster)

@@ -13,7 +13,7 @@ import kmock
 import pytest
 from kubernetes_asyncio import client
 
-from streams import kube
+from streams.kube import api as kube
 from tests.k8s.fakeapi import FakeApi
 
 

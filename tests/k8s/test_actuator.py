@@ -24,12 +24,11 @@ from prometheus_client import REGISTRY
 
 from schemas import chain
 from schemas.records import VictimRecord
-from streams import actuator as actuator_mod
-from streams import broker as broker_mod
-from streams import eviction, lease
-from streams.actuator import Actuator, Origin, Topics
-from streams.ledger import Ledger
-from streams.sink import KafkaSink, MemorySink
+from streams.kafka import topics as kafka_topics
+from streams.kafka.sink import KafkaSink, MemorySink
+from streams.kube import actuator, eviction, lease
+from streams.kube.actuator import Actuator, Origin, Topics
+from streams.kube.ledger import Ledger
 from tests.k8s import objects
 from tests.k8s.conftest import fresh_topic
 from tests.k8s.fakeapi import FakeApi
@@ -44,9 +43,7 @@ FAST = eviction.RetryPolicy(
     transient_backoff_initial_s=0.01,
     transient_backoff_max_s=0.02,
 )
-SCHEMA = json.loads(
-    (Path(actuator_mod.__file__).parent.parent / "schemas" / "evictions.schema.json").read_text()
-)
+SCHEMA = json.loads((Path(actuator.__file__).parents[2] / "schemas" / "evictions.schema.json").read_text())
 STEP_TIMEOUT_S = 30.0
 
 Pods = dict[str, dict[str, Any]]
@@ -352,7 +349,7 @@ async def test_a_decision_delivered_three_times_evicts_once(
     fake, api = served
     pods = world(fake)
     topics = Topics(fresh_topic("decisions"), fresh_topic("evictions"), fresh_topic("dead-letter"))
-    await broker_mod.ensure_topics(broker, [broker_mod.TopicSpec(t) for t in vars(topics).values()])
+    await kafka_topics.ensure_topics(broker, [kafka_topics.TopicSpec(t) for t in vars(topics).values()])
     value = orjson.dumps(decision(pods, [victim(pods["v-evict"], "evict")]))
     await _produce(broker, topics.decisions, [value] * 3)
     duplicates = sample("preemptctl_actuator_duplicates_total")
@@ -360,7 +357,7 @@ async def test_a_decision_delivered_three_times_evicts_once(
     async with KafkaSink(broker) as sink:
         actions = eviction.Actions(api, identity="a", retry=FAST)
         act = Actuator(actions, sink, Ledger(tmp_path / "ledger.jsonl"), hmac_key=KEY, topics=topics)
-        assert await actuator_mod.read_back(broker, act) == 0
+        assert await actuator.read_back(broker, act) == 0
         stopping = asyncio.Event()
         consuming = asyncio.create_task(
             act.consume(broker, group_id=fresh_topic("group"), stopping=stopping, session_timeout_ms=6000)
@@ -375,7 +372,7 @@ async def test_a_decision_delivered_three_times_evicts_once(
     again = Actuator(
         eviction.Actions(api, identity="b", retry=FAST), memory, Ledger(), hmac_key=KEY, topics=topics
     )
-    assert await actuator_mod.read_back(broker, again) == 1
+    assert await actuator.read_back(broker, again) == 1
     assert await again.handle(value, key=b"default", origin=ORIGIN) == []
     assert memory.records == []
     assert len([c for c in fake.writes() if c.subresource == "eviction"]) == 1

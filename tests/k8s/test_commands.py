@@ -22,14 +22,15 @@ from aiokafka import AIOKafkaProducer
 from kubernetes_asyncio import client
 
 from schemas.records import DECISIONS, EVICTIONS
-from streams import broker as broker_mod
+from streams.brokers import process as process_mod
+from streams.kafka import topics
 from tests.k8s import objects
 from tests.k8s.fakeapi import FakeApi
 from tests.k8s.test_actuator import KEY, decision, victim, world
 from tests.k8s.test_source import read_raw, read_topic
 
 # The real entry point, as the console script runs it.
-MAIN = "import sys; from streams import cli; sys.exit(cli.main(sys.argv[1:]))"
+MAIN = "import sys; from streams.cli.main import main; sys.exit(main(sys.argv[1:]))"
 # A child process imports, connects and joins a consumer group within this (tansu's
 # group join alone takes about half the session timeout, DESIGN §11).
 START_TIMEOUT_S = 30.0
@@ -103,7 +104,7 @@ async def test_source_command(served: tuple[FakeApi, client.ApiClient], tansu: s
     fake, api = served
     fake.create("nodes", objects.node("n1"))
     fake.create("pods", objects.pod("a", node="n1"))
-    port = broker_mod.free_loopback_port()
+    port = process_mod.free_loopback_port()
     config = kubeconfig(tmp_path, api)
     async with command(
         "source", "--broker", f"kafka://{tansu}", "--kubeconfig", str(config), "--cluster", "cmd-test",
@@ -128,7 +129,7 @@ async def test_actuator_command(served: tuple[FakeApi, client.ApiClient], tansu:
     pods = world(fake)
     key_file = tmp_path / "hmac.key"
     key_file.write_bytes(KEY + b"\n")
-    await broker_mod.ensure_topics(tansu)
+    await topics.ensure_topics(tansu)
     producer = AIOKafkaProducer(bootstrap_servers=tansu, acks="all")
     await producer.start()
     try:
@@ -140,7 +141,7 @@ async def test_actuator_command(served: tuple[FakeApi, client.ApiClient], tansu:
         await producer.send_and_wait(DECISIONS, forged, key=b"default")
     finally:
         await producer.stop()
-    port = broker_mod.free_loopback_port()
+    port = process_mod.free_loopback_port()
     async with command(
         "actuator", "--broker", f"kafka://{tansu}", "--kubeconfig", str(kubeconfig(tmp_path, api)),
         "--hmac-key-file", str(key_file), "--lease-name", "preemptctl-actuator", "--lease-namespace", "ops",

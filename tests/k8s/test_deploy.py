@@ -24,7 +24,7 @@ import jsonschema
 import pytest
 import yaml
 
-from streams import actuator, source
+from streams.kube import actuator, source
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "preemptctl"
@@ -179,9 +179,9 @@ def cli() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command")
     source.register(sub)
     actuator.register(sub)
-    worker = importlib.util.find_spec("streams.worker_app")
+    worker = importlib.util.find_spec("streams.pipeline.app")
     if worker is not None:  # the worker's command line, where it exists
-        importlib.import_module("streams.worker_app").register(sub)
+        importlib.import_module("streams.pipeline.app").register(sub)
     return top
 
 
@@ -293,7 +293,7 @@ def test_deployments_run_the_right_component_with_probes(chart_values: dict[str,
     # The rendered args are what the command line accepts.
     src = cli().parse_args(container(deployments["pc-source"])["args"])
     assert (src.broker, src.cluster, src.tick_seconds) == (chart_values["broker"], "default", 5.0)
-    if importlib.util.find_spec("streams.worker_app") is not None:
+    if importlib.util.find_spec("streams.pipeline.app") is not None:
         cli().parse_args(container(deployments["pc-worker"])["args"])
     act = cli().parse_args(container(deployments["pc-actuator"])["args"])
     assert (act.lease_name, act.lease_namespace, act.identity) == (
@@ -367,7 +367,7 @@ def test_compose_file(env: dict[str, str], dry_run: bool) -> None:
             and "--broker" in args
             and args[args.index("--broker") + 1] == "kafka://kafka:9092"
         )
-    if importlib.util.find_spec("streams.worker_app") is not None:
+    if importlib.util.find_spec("streams.pipeline.app") is not None:
         cli().parse_args(shlex.split(services["worker"]["command"]))
     for name in ("source", "actuator"):
         assert any(v.endswith(":/kube/config:ro") for v in services[name]["volumes"])

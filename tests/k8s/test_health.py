@@ -8,8 +8,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from streams import actuator, health, source
-from streams.errors import UsageError
+from streams.common import health
+from streams.common.errors import UsageError
+from streams.kube import actuator, source
 
 
 async def test_probes_and_metrics() -> None:

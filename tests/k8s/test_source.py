@@ -22,15 +22,16 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from kubernetes_asyncio import client
 from prometheus_client import REGISTRY
 
-from streams import broker as broker_mod
-from streams import kube, source
-from streams.sink import KafkaSink, MemorySink, RecordSink
+from streams.kafka import topics
+from streams.kafka.sink import KafkaSink, MemorySink, RecordSink
+from streams.kube import api as kube
+from streams.kube import source
 from tests.k8s import objects
 from tests.k8s.conftest import fresh_topic
 from tests.k8s.fakeapi import KINDS, FakeApi
 
 SCHEMA = json.loads(
-    (Path(source.__file__).parent.parent / "schemas" / "cluster-events.schema.json").read_text()
+    (Path(source.__file__).parents[2] / "schemas" / "cluster-events.schema.json").read_text()
 )
 # Long enough for any step of a scenario on a loaded CI machine; a hang fails instead of stalling.
 STEP_TIMEOUT_S = 10.0
@@ -147,7 +148,7 @@ async def test_initial_list_and_watch_reach_the_log(
     fake, api = served
     seed(fake)
     topic = fresh_topic("cluster-events")
-    await broker_mod.ensure_topics(tansu, [broker_mod.TopicSpec(topic)])
+    await topics.ensure_topics(tansu, [topics.TopicSpec(topic)])
     async with (
         KafkaSink(tansu) as sink,
         running(api, sink, scope=source.Scope(cluster="prod-eu1"), topic=topic),
@@ -193,7 +194,7 @@ async def test_410_relists_with_resync_and_tombstones(
     fake, api = served
     seed(fake)
     topic = fresh_topic("cluster-events-410")
-    await broker_mod.ensure_topics(tansu, [broker_mod.TopicSpec(topic)])
+    await topics.ensure_topics(tansu, [topics.TopicSpec(topic)])
     old_c = fake.get("pods", "default", "c")
     assert old_c is not None
     expired = REGISTRY.get_sample_value("preemptctl_source_resyncs_total", {"reason": "expired"}) or 0.0

@@ -1,0 +1,6 @@
+"""The `preemptctl` command line: one subcommand per capability (DESIGN §10, README).
+
+Owns: `main` (the parser, `decide`, dispatch, exit codes), `commands` (the
+other subcommands' registration), `cases` (case files for `decide`), `render`
+(`--output text`). The only package that may import every other one.
+"""

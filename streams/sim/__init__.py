@@ -1,0 +1,8 @@
+"""The simulated cluster: a closed loop without Kubernetes, for `preemptctl run`, tests and benchmarks.
+
+Owns: `simulator` (a discrete-event cluster that reacts to decisions, and
+`simulate`, the same loop in-process), `traces` (the bundled example traces),
+`workloads` (scheduler_perf-shaped synthetic clusters), `run` (`preemptctl run`:
+embedded broker, worker process, simulated cluster). May use: engine, schemas,
+`streams.pipeline`, `streams.brokers`, `streams.kafka`, `streams.common`.
+"""
