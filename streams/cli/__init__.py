@@ -2,5 +2,5 @@
 
 Owns: `main` (the parser, `decide`, dispatch, exit codes), `commands` (the
 other subcommands' registration), `cases` (case files for `decide`), `render`
-(`--output text`). The only package that may import every other one.
+(`--output text`). May use: every other package, the only one that may.
 """
