@@ -30,9 +30,7 @@ from tests.k8s import objects
 from tests.k8s.conftest import fresh_topic
 from tests.k8s.fakeapi import KINDS, FakeApi
 
-SCHEMA = json.loads(
-    (Path(source.__file__).parents[2] / "schemas" / "cluster-events.schema.json").read_text()
-)
+SCHEMA = json.loads((Path(source.__file__).parents[2] / "schemas" / "cluster-events.schema.json").read_text())
 # Long enough for any step of a scenario on a loaded CI machine; a hang fails instead of stalling.
 STEP_TIMEOUT_S = 10.0
 # No TICK unless a test asks for one.
