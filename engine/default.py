@@ -147,7 +147,6 @@ def evaluate_node(cluster: Cluster, state: NodeState, pre: Preemptor, now: int) 
     potential.sort(key=lambda p: importance(cluster, p))
     violating = pdb_violating(cluster, potential)
     victims: list[Pod] = []
-    violations = 0
     tried: list[tuple[Pod, bool]] = []
     for first_pass in (True, False):
         for pod, v in zip(potential, violating, strict=True):
@@ -158,8 +157,12 @@ def evaluate_node(cluster: Cluster, state: NodeState, pre: Preemptor, now: int) 
             if not resources.fits(pre.requests, free):
                 resources.add(free, pod.requests)
                 victims.append(pod)
-                violations += v
     victims.sort(key=lambda p: importance(cluster, p))
+    # The reprieve order uses the classification above (upstream's), but the node is
+    # ranked by what its eviction really does: the final victims beyond a budget. A
+    # more important pod of a PDB given back leaves the budget unexceeded, which
+    # upstream's count of pre-reprieve flags would still call a violation.
+    violations = sum(pdb_violating(cluster, victims))
     return NodeEval(
         name,
         CANDIDATE,

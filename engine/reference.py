@@ -51,6 +51,29 @@ def _tolerates(cluster: Cluster, victim: Pod, preemptor_priority: int, now: int)
     )
 
 
+def violations_of(cluster: Cluster, victims: list[Pod]) -> int:
+    """How many of these victims, evicted together, exceed a PDB's budget (each victim counted once).
+
+    Every PDB's budget is spent by its matching victims, most important first
+    (pods already in its disruptedPods spend nothing); a victim is a violation
+    when some PDB matching it has no budget left for it.
+    """
+    spent: dict[str, int] = {}
+    count = 0
+    for v in sorted(victims, key=lambda p: _more_important(cluster, p)):
+        over = False
+        for pdb in sorted(cluster.pdbs.values(), key=lambda b: b.uid):
+            if pdb.namespace != v.namespace or pdb.selector is None or pdb.selector.empty:
+                continue
+            if not pdb.selector.matches(v.labels) or v.name in pdb.disrupted:
+                continue
+            spent[pdb.uid] = spent.get(pdb.uid, 0) + 1
+            if spent[pdb.uid] > pdb.disruptions_allowed:
+                over = True
+        count += over
+    return count
+
+
 def decide(cluster: Cluster, pod: Pod, now: int) -> dict[str, Any]:
     """The default flow's answer as {outcome, node, victims: sorted keys}."""
     prio = _prio(cluster, pod)
@@ -97,14 +120,13 @@ def decide(cluster: Cluster, pod: Pod, now: int) -> dict[str, Any]:
                     bad = True
             (violating if bad else non_violating).append(p)
         victims: list[Pod] = []
-        violations = 0
-        for group, counts in ((violating, 1), (non_violating, 0)):
+        for group in (violating, non_violating):
             for p in group:
                 remaining.append(p)
                 if not _fits(pod.requests, node.allocatable, remaining + nominated):
                     remaining.remove(p)
                     victims.append(p)
-                    violations += counts
+        violations = violations_of(cluster, victims)
         prios = [_prio(cluster, v) for v in victims]
         highest = max(prios)
         earliest = min(v.start for v in victims if _prio(cluster, v) == highest)

@@ -86,13 +86,16 @@ def pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
 
 
-def pdb(name: str, app: str, allowed: int) -> dict[str, Any]:
+def pdb(name: str, app: str, allowed: int, *, disrupted: tuple[str, ...] = ()) -> dict[str, Any]:
+    status: dict[str, Any] = {"disruptionsAllowed": allowed}
+    if disrupted:
+        status["disruptedPods"] = {pod: "2025-12-31T23:59:00Z" for pod in disrupted}
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": {"name": name, "namespace": "default", "uid": f"{name}-uid"},
         "spec": {"selector": {"matchLabels": {"app": app}}},
-        "status": {"disruptionsAllowed": allowed},
+        "status": status,
     }
 
 
@@ -159,7 +162,9 @@ def clusters(draw: st.DrawFn, *, max_nodes: int = 4, max_pods: int = 14) -> dict
             )
         )
     for app in draw(st.lists(st.sampled_from(("web", "db")), unique=True, min_size=1, max_size=2)):
-        objects.append(pdb(f"pdb-{app}", app, draw(st.integers(0, 1))))
+        # Now and then a pod the budget already counts as disrupted (it spends nothing).
+        disrupted = (f"p{draw(st.integers(0, max_pods))}",) if draw(st.integers(0, 3)) == 0 else ()
+        objects.append(pdb(f"pdb-{app}", app, draw(st.integers(0, 1)), disrupted=disrupted))
     preemptor = pod(
         "preemptor",
         node=None,

@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import case as case_mod
-from engine import reference, resources
+from engine import default, reference, resources
 from engine.decision import FITS, PREEMPT
+from engine.default import Preemptor
 from tests import gen
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -84,3 +85,21 @@ def test_engine_agrees_with_reference(raw: dict[str, Any]) -> None:
     if want["outcome"] in ("unschedulable", "wait"):
         got["node"] = None
     assert got == want
+
+
+@SETTINGS
+@given(gen.clusters())
+def test_violations_are_counted_on_the_final_victims(raw: dict[str, Any]) -> None:
+    """Every candidate node is ranked by the PDB violations its final victims really cause.
+
+    Counted by brute force over every PDB (reference.violations_of), not by the
+    pre-reprieve classification that orders the reprieve.
+    """
+    c = case_mod.load(raw, where="generated")
+    pod = c.preemptors[0]
+    pre = Preemptor(pod, c.cluster.priority(pod), pod.requests)
+    for state in c.cluster.nodes.values():
+        ev = default.evaluate_node(c.cluster, state, pre, c.now)
+        if ev.status == default.CANDIDATE:
+            assert ev.violations == reference.violations_of(c.cluster, ev.victims), ev.node
+            assert ev.key[0] == ev.violations
