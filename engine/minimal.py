@@ -3,10 +3,14 @@
 Same eligibility as the default flow (lower priority, not tolerating, the node
 passes its filters), but instead of the greedy reprieve the victim set on each
 node minimises, lexicographically, (PDB violations, highest victim priority,
-victim count, sum of shifted priorities); nodes are ranked by the same key.
+victim count, sum of shifted priorities); ties on those are broken as the
+default flow breaks them, by the latest start among the highest-priority
+victims (evict the pods that lose the least work), and nodes are ranked by the
+same key, then by name (docs/semantics.md §7).
 
-Every component of the key can only grow when a pod is added to a set, so the
-key of a partial set bounds all its extensions and a depth-first branch and
+Every one of the first four components can only grow when a pod is added to a
+set, and the fifth cannot improve while the highest priority stays the same, so
+the key of a partial set bounds all its extensions and a depth-first branch and
 bound is exact. It starts from the greedy kubernetes answer, so it is never
 worse than that answer on this key.
 """
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine import default, resources
+from engine import default, resources, timeutil
 from engine.cluster import Cluster, NodeState
 from engine.default import CANDIDATE, FITS, PRIORITY_SHIFT, REJECTED, NodeEval, Preemptor
 from engine.objects import Pod
@@ -25,16 +29,16 @@ from engine.objects import Pod
 MAX_STATES = 200_000
 
 
-def disruption_key(cluster: Cluster, victims: Sequence[Pod]) -> tuple[int, int, int, int]:
+def disruption_key(cluster: Cluster, victims: Sequence[Pod]) -> tuple[int, int, int, int, int]:
+    """(violations on these victims, highest priority, count, shifted sum, -earliest start of the highest)."""
     ordered = sorted(victims, key=lambda p: default.importance(cluster, p))
     violations = sum(default.pdb_violating(cluster, ordered))
     prios = [cluster.priority(p) for p in ordered]
-    return (
-        violations,
-        max(prios) if prios else -PRIORITY_SHIFT,
-        len(prios),
-        sum(p + PRIORITY_SHIFT for p in prios),
+    highest = max(prios) if prios else -PRIORITY_SHIFT
+    earliest = min(
+        (p.start for p, prio in zip(ordered, prios, strict=True) if prio == highest), default=timeutil.NEVER
     )
+    return (violations, highest, len(prios), sum(p + PRIORITY_SHIFT for p in prios), -earliest)
 
 
 def evaluate_node(cluster: Cluster, state: NodeState, pre: Preemptor, now: int) -> NodeEval:
@@ -73,7 +77,10 @@ def evaluate_node(cluster: Cluster, state: NodeState, pre: Preemptor, now: int) 
             if key < best_key:
                 best_key, best_set = key, list(chosen)
             return
-        bound = (key[0], key[1], key[2] + 1, key[3] + min_shift)
+        # Any extension adds a pod: at least one more victim and min_shift more sum; its
+        # start term is no better unless its highest priority rises, which the
+        # second term already makes worse.
+        bound = (key[0], key[1], key[2] + 1, key[3] + min_shift, key[4])
         if bound >= best_key or i == len(pool):
             return
         if not all(freed.get(k, 0) + suffix[i].get(k, 0) >= v for k, v in deficit.items()):
