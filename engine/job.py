@@ -485,7 +485,22 @@ def decide(
         "quotas": [],
     }
 
-    make = decision_mod.maker("job", job, members[0].uid, explanation, members=tuple(m.key for m in members))
+    # A single-pod preemptor is answered with `node`, whichever flow decided it; only a
+    # gang of several pods gets `placements` (docs/semantics.md §2). Its preemptor is
+    # the pod itself, so the actuator nominates that pod by name.
+    single = len(members) == 1
+    make = decision_mod.maker(
+        "job",
+        members[0].key if single else job,
+        members[0].uid,
+        explanation,
+        members=tuple(m.key for m in members),
+    )
+
+    def where(placements: dict[str, str]) -> dict[str, Any]:
+        if single:
+            return {"node": next(iter(placements.values()), None)}
+        return {"placements": placements}
 
     admitted = True
     for use in uses:
@@ -520,7 +535,7 @@ def decide(
     placements = {m.key: plan.placements[m.uid] for m in members if m.uid in plan.placements}
 
     if unplaced is None and not any(plan.committed.values()):
-        return make(FITS, f"all {len(members)} member(s) fit without preemption", placements=placements)
+        return make(FITS, f"all {len(members)} member(s) fit without preemption", **where(placements))
     for m in members:
         refusal = trigger_refusal(cluster, m, config)
         if refusal is not None:
@@ -542,6 +557,6 @@ def decide(
     return make(
         PREEMPT,
         f"preempt {len(victims)} pod(s) to place {len(members)} member(s) of {job}",
-        placements=placements,
+        **where(placements),
         victims=_mark(victims, cluster, config),
     )

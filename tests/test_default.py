@@ -141,3 +141,52 @@ def test_explanation_ranks_candidates_and_names_rejections() -> None:
     assert ex["candidates"][0]["highestVictimPriority"] == 1
     assert ex["rejected"] == [{"node": "n3", "reason": "untolerated taint dedicated=x:NoSchedule"}]
     assert ex["chosen"]["node"] == "n2"
+
+
+def test_violations_are_counted_on_final_victims_not_pre_reprieve_flags() -> None:
+    """docs/semantics.md §3: a node whose reprieve gives back the PDB's more important pod ranks as 0.
+
+    On n1, `big` (older) spends web's one allowed disruption, so `small` is flagged
+    PDB-violating and tried first in the reprieve; it must go, and `big` comes back.
+    Evicting `small` alone is within web's budget: 0 violations. kube-scheduler would
+    count small's flag (1 violation) and prefer n2, whose victim has a higher priority.
+    """
+    objs = [
+        node("n1", 3, 8, 10),
+        node("n2", 2, 8, 10),
+        pod("big", node="n1", priority=0, cpu_m=1000, labels={"app": "web"}, start="2025-12-31T20:00:00Z"),
+        pod("small", node="n1", priority=0, cpu_m=2000, labels={"app": "web"}, start="2025-12-31T22:00:00Z"),
+        pod("other", node="n2", priority=5, cpu_m=2000),
+        pdb("web", "web", 1),
+    ]
+    d = decide(objs, pod("x", node=None, priority=10, cpu_m=2000))
+    assert (d.outcome, d.node, victims(d)) == (PREEMPT, "n1", ["small"])
+    by_node = {c["node"]: c for c in d.explanation["candidates"]}
+    assert by_node["n1"]["pdbViolations"] == 0
+    chosen = {p["pod"]: p for p in d.explanation["chosen"]["potentialVictims"]}
+    # The reprieve order still follows upstream's classification: small flagged, tried first.
+    assert chosen["default/small"]["pdbViolating"] and chosen["default/small"]["victim"]
+    assert not chosen["default/big"]["pdbViolating"] and not chosen["default/big"]["victim"]
+
+
+def test_a_victim_beyond_the_budget_is_still_a_violation() -> None:
+    objs = [
+        node("n1", 2, 8, 10),
+        pod("a", node="n1", priority=0, cpu_m=1000, labels={"app": "web"}),
+        pod("b", node="n1", priority=0, cpu_m=1000, labels={"app": "web"}),
+        pdb("web", "web", 1),
+    ]
+    d = decide(objs, pod("x", node=None, priority=10, cpu_m=2000))
+    assert victims(d) == ["a", "b"] and d.explanation["chosen"]["pdbViolations"] == 1
+
+
+def test_minimal_ties_go_to_the_latest_started_highest_priority_victims() -> None:
+    """Equal (violations, highest, count, sum) on two nodes: evict the pod that lost the least work."""
+    objs = [
+        node("n1", 1, 8, 10),
+        node("n2", 1, 8, 10),
+        pod("older", node="n1", priority=0, cpu_m=1000, start="2025-12-31T20:00:00Z"),
+        pod("younger", node="n2", priority=0, cpu_m=1000, start="2025-12-31T23:00:00Z"),
+    ]
+    d = decide(objs, pod("x", node=None, priority=10, cpu_m=1000), {"victimSelection": "minimal"})
+    assert (d.node, victims(d)) == ("n2", ["younger"])

@@ -228,6 +228,7 @@ def test_rank_reason_follows_the_engine_order() -> None:
     assert explain.rank_reason(fewer, cand("b"), "minimal")[0] == "victims"
     later = cand("a", earliestStartOfHighest="2026-01-02T00:00:00Z")
     assert explain.rank_reason(later, cand("b"), "kubernetes")[0] == "earliestStartOfHighest"
+    assert explain.rank_reason(later, cand("b"), "minimal")[0] == "earliestStartOfHighest"
     assert explain.rank_reason(cand("a"), cand("b"), "kubernetes")[0] == "node"
 
 

@@ -261,7 +261,7 @@ def test_member_goes_where_the_default_criteria_rank_best() -> None:
         jpod("low", namespace="team-b", node="n2", priority=0, cpu_m=2000),
     ]
     d = decide(objs, [member("a", cpu_m=2000)])
-    assert d.placements == {"team-a/a": "n2"} and names(d) == ["low"]
+    assert (d.node, d.placements) == ("n2", None) and names(d) == ["low"]
     assert d.explanation["placements"][0]["candidates"][0]["node"] == "n2"
 
 
@@ -347,3 +347,53 @@ def test_minimal_selection_keeps_its_smaller_victim_set() -> None:
     # Greedy reprieve keeps the oldest (a) and so needs b, c and d; two pods suffice.
     assert names(decide(objs, pre)) == ["b", "c", "d"]
     assert len(decide(objs, pre, {"victimSelection": "minimal"}).victims) == 2
+
+
+# ---- the answer's shape and minimal-mode ties (docs/semantics.md §2, §7) -----------------
+
+
+def test_a_quota_pod_alone_is_answered_with_node() -> None:
+    objs = [
+        node("n1", 2, 8, 110),
+        quota("quota-a", "team-a", min_cpu=4, max_cpu=8),
+        jpod("low", namespace="team-b", node="n1", priority=0, cpu_m=2000),
+    ]
+    lone = jpod("lone", priority=1000, cpu_m=2000)  # no pod-group label: a job of one through its quota
+    d = decide(objs, [lone])
+    assert (d.flow, d.outcome, d.node, d.placements) == ("job", PREEMPT, "n1", None)
+    assert d.preemptor == "team-a/lone" and names(d) == ["low"]
+    answer = d.answer()
+    assert answer["node"] == "n1" and "placements" not in answer
+
+
+def test_a_pod_group_of_one_is_answered_with_node_and_fits_too() -> None:
+    objs = [node("n1", 2, 8, 110), node("n2", 2, 8, 110)]
+    d = decide(objs, [member("solo", cpu_m=1000)])
+    assert (d.flow, d.outcome, d.node, d.placements) == ("job", FITS, "n1", None)
+
+
+def test_a_gang_of_several_is_answered_with_placements() -> None:
+    objs = [node("n1", 2, 8, 110)]
+    d = decide(objs, [member("a", cpu_m=1000), member("b", cpu_m=1000)])
+    assert (d.node, d.placements) == (None, {"team-a/a": "n1", "team-a/b": "n1"})
+
+
+def test_minimal_job_placement_tie_goes_to_the_latest_started_victims() -> None:
+    """Equal minimal keys on n1 and n2: the member goes where the highest-priority victim started latest."""
+    objs = [
+        node("n1", 2, 8, 110),
+        node("n2", 2, 8, 110),
+        jpod("older", namespace="team-b", node="n1", priority=0, cpu_m=2000, start="2025-12-31T20:00:00Z"),
+        jpod("younger", namespace="team-b", node="n2", priority=0, cpu_m=2000, start="2025-12-31T23:00:00Z"),
+    ]
+    d = decide(objs, [member("a", cpu_m=2000)], {"victimSelection": "minimal"})
+    assert (d.outcome, d.node, names(d)) == (PREEMPT, "n2", ["younger"])
+    gang_of_two = decide(
+        [*objs, node("n3", 2, 8, 110)],
+        [member("a", cpu_m=2000), member("b", cpu_m=2000)],
+        {"victimSelection": "minimal"},
+    )
+    # a takes the free n3; b the tie between n1 and n2, broken by the younger victim.
+    assert gang_of_two.placements == {"team-a/a": "n3", "team-a/b": "n2"} and names(gang_of_two) == [
+        "younger"
+    ]

@@ -56,25 +56,36 @@ def _free(c: case_mod.Case, name: str, gone: set[str]) -> dict[str, int]:
     return free
 
 
+def _placements(c: case_mod.Case, d: Decision) -> dict[str, str]:
+    """Where every member goes: `node` for a single-pod preemptor, `placements` for a gang of several."""
+    members = job.gang(c.cluster, c.preemptors)
+    if d.node is not None:
+        assert d.placements is None and len(members) == 1
+        return {members[0].key: d.node}
+    return dict(d.placements or {})
+
+
 def _need(c: case_mod.Case, d: Decision, name: str) -> dict[str, int]:
-    assert d.placements is not None
-    return resources.total(m.requests for m in c.preemptors if d.placements[m.key] == name)
+    where = _placements(c, d)
+    return resources.total(m.requests for m in c.preemptors if where.get(m.key) == name)
 
 
 @SETTINGS
 @given(JOBS)
 def test_gang_is_fully_placed_or_has_no_victims(raw: dict[str, Any]) -> None:
     c, d = _decide(raw)
-    members = c.preemptors
+    members = job.gang(c.cluster, c.preemptors)
     if d.outcome not in (PREEMPT, FITS):
-        assert d.victims == () and not d.placements
+        assert d.victims == () and not d.placements and d.node is None
         return
-    assert d.placements is not None
-    assert sorted(d.placements) == sorted(m.key for m in members)
+    # The contract: a single-pod preemptor gets `node`, only a gang of several `placements`.
+    assert (d.node is not None) == (len(members) == 1)
+    where = _placements(c, d)
+    assert sorted(where) == sorted(m.key for m in members)
     assert (d.outcome == PREEMPT) == bool(d.victims)
     # Every member fits on its node once the victims are gone, all members counted together.
     gone = {v.uid for v in d.victims}
-    for name in set(d.placements.values()):
+    for name in set(where.values()):
         assert resources.fits(_need(c, d, name), _free(c, name, gone)), name
 
 
@@ -98,7 +109,7 @@ def test_victims_are_preemptible_lower_priority_outsiders(raw: dict[str, Any]) -
         assert v.priority < prio
         assert _preemptible(pod, c)
         assert pod.labels.get(job.POD_GROUP) != "job1" or pod.namespace != "team-a"
-        assert v.node in (d.placements or {}).values()
+        assert v.node in _placements(c, d).values()
 
 
 @SETTINGS

@@ -160,6 +160,15 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _placements(d: Mapping[str, Any]) -> dict[str, Any]:
+    """Every member's node: `placements` for a gang of several, `node` for a single-pod job preemptor."""
+    placements = _dict(d.get("placements"))
+    if not placements and d.get("node"):
+        members = _list(_dict(d.get("explanation")).get("members")) or [d.get("preemptor")]
+        placements = {str(members[0]): d.get("node")}
+    return placements
+
+
 def _criteria_order(mode: str) -> list[tuple[str, str]]:
     """(criterion, what wins on it), in the order the engine ranks candidate nodes (DESIGN §4)."""
     shifted = ("shiftedSum", "a smaller sum of victim priorities (each counted from -2^31)")
@@ -168,14 +177,10 @@ def _criteria_order(mode: str) -> list[tuple[str, str]]:
         ("pdbViolations", "fewer PDB violations"),
         ("highestVictimPriority", "a lower highest victim priority"),
     ]
+    latest = ("earliestStartOfHighest", "a later start of its highest-priority victims")
     if mode == "minimal":
-        return [*head, count, shifted]
-    return [
-        *head,
-        shifted,
-        count,
-        ("earliestStartOfHighest", "a later start of its highest-priority victims"),
-    ]
+        return [*head, count, shifted, latest]
+    return [*head, shifted, count, latest]
 
 
 def _value(c: Mapping[str, Any], name: str) -> Any:
@@ -356,7 +361,7 @@ def _why_this_pod(
 def _victim_job(
     pod: str, d: Mapping[str, Any], ex: Mapping[str, Any], node: str, facts: dict[str, Any]
 ) -> list[str]:
-    placements = _dict(d.get("placements"))
+    placements = _placements(d)
     here = sorted(m for m, n in placements.items() if n == node)
     facts["membersOnNode"] = here
     lines = [
@@ -514,7 +519,7 @@ def _survivor(pod: str, d: Mapping[str, Any], base: dict[str, Any]) -> Finding |
 def _survivor_job(
     pod: str, d: Mapping[str, Any], ex: Mapping[str, Any], evicted: str, base: dict[str, Any]
 ) -> Finding | None:
-    placements = _dict(d.get("placements"))
+    placements = _placements(d)
     mode = str(ex.get("victimSelection") or "kubernetes")
     for step in _list(ex.get("placements")):
         if not isinstance(step, dict):
@@ -558,7 +563,7 @@ def _preemptor(pod: str, d: Mapping[str, Any], base: dict[str, Any]) -> Finding:
     role = PREEMPTOR
     details: list[str] = []
     if flow == "job":
-        placements = _dict(d.get("placements"))
+        placements = _placements(d)
         facts["placements"] = placements
         if pod != d.get("preemptor"):
             role = MEMBER
@@ -638,7 +643,7 @@ def _is_preemptor(pod: str, d: Mapping[str, Any]) -> bool:
     if d.get("preemptor") == pod:
         return True
     ex = _dict(d.get("explanation"))
-    return d.get("flow") == "job" and (pod in _list(ex.get("members")) or pod in _dict(d.get("placements")))
+    return d.get("flow") == "job" and (pod in _list(ex.get("members")) or pod in _placements(d))
 
 
 def findings(pod: str, d: Mapping[str, Any]) -> list[Finding]:
