@@ -1,10 +1,21 @@
 """The cluster index: the materialised state every decision reads.
 
 Pods, nodes, PriorityClasses, PDBs and ElasticQuotas by identity, plus the
-derived indexes decisions need on every call: pods bound to each node with the
-node's used resources, pending pods nominated to each node, PDBs by namespace.
-Updating one object is O(1) in the number of objects (dict operations plus the
-pods of one node), so the streaming worker folds events straight into it.
+derived indexes decisions need on every call, each kept current when an object
+changes rather than recomputed when a decision asks: pods bound to each node
+with the node's used resources, pending pods nominated to each node, which PDBs
+cover each bound pod (`disruption.Budgets`), pending pods by pod group, how many
+pods name each uid as their owner, and quota usage by (namespace, quota label,
+preemptible label). Updating one object costs the pods of one node and the PDBs
+that could cover it, so the streaming worker folds events straight into it.
+
+Changes stay local. Two logs tell the caches what changed: `touched` lists nodes
+whose pods, nominations or node object changed (everything about the node must
+be looked at again), `pdb_touched` nodes where only a PDB's budget or membership
+changed for pods they host (evaluations change, capacity does not). A PDB status
+update touches only the nodes hosting pods it covers, and only when the change
+can matter there; a PriorityClass change only the nodes running pods of that
+class, and only when its toleration policy changed; a quota change no node.
 
 Folding is idempotent (DESIGN §3.2): an object event whose resourceVersion is
 not newer than what the index holds is ignored, and a deleted object leaves a
@@ -18,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import objects, resources, toleration
+from engine import disruption, objects, resources, toleration
 from engine.errors import InvalidObject
 from engine.objects import PREEMPT_LOWER, ElasticQuota, Node, Pdb, Pod, PriorityClass, Record
 from engine.resources import Resources
@@ -52,23 +63,41 @@ class Cluster:
         self.nodes: dict[str, NodeState] = {}
         self.pods: dict[str, Pod] = {}
         self.priority_classes: dict[str, PriorityClass] = {}
-        self.pdbs: dict[str, Pdb] = {}
+        self.budgets = disruption.Budgets()
         self.quotas: dict[str, ElasticQuota] = {}
         self._nominated: dict[str, dict[str, Pod]] = {}
         # Bound pods whose node is not (yet) known: watch order is per kind.
         self._orphans: dict[str, dict[str, Pod]] = {}
-        self._pdbs_by_ns: dict[str, list[Pdb]] = {}
         self._policies: dict[str, toleration.Policy | None] = {}
         self.tombstones: dict[str, str] = {}
-        # Bumped when cluster-wide inputs (classes, PDBs, quotas) change: every cached
-        # per-node evaluation is then stale. Node-local changes bump NodeState.version.
-        self.epoch = 0
+        # Bound, non-terminal pods by namespace and by PriorityClass: what a new PDB
+        # selector or a changed toleration policy has to look at.
+        self._bound_in_ns: dict[str, dict[str, Pod]] = {}
+        self._bound_in_class: dict[str, set[str]] = {}
+        # Pending pods by (namespace, pod group): a gang's members without a scan.
+        self._pending_groups: dict[tuple[str, str], set[str]] = {}
+        # uid -> number of other pods whose ownerReferences name it (a driver's executors).
+        self._owned: dict[str, int] = {}
+        # (namespace, quota-name label, preemptible label) -> [requests, pods] of bound,
+        # non-terminal pods: the job flow's quota usage without a scan.
+        self.usage: dict[tuple[str, str, str | None], list[Any]] = {}
+        # Bound pods by (namespace, pod group): never victims of their own job.
+        self._bound_groups: dict[tuple[str, str], set[str]] = {}
         # Warnings for the operator (unparsable annotations); the runtime logs each once.
         self.warnings: dict[str, str] = {}
         # Names of nodes whose state changed, in order; caches replay it to stay current.
         # `touched_base` is the absolute position of touched[0] (the log is trimmed).
         self.touched: list[str] = []
         self.touched_base = 0
+        # (node, PDB uid) where only that PDB's budget changed for pods the node hosts;
+        # (node, "") where PDB membership changed. Evaluations that did not read the
+        # PDB stay valid; capacity never changes.
+        self.pdb_touched: list[tuple[str, str]] = []
+        self.pdb_touched_base = 0
+
+    @property
+    def pdbs(self) -> dict[str, Pdb]:
+        return self.budgets.pdbs
 
     # ---- queries -------------------------------------------------------------------
 
@@ -110,13 +139,21 @@ class Cluster:
     def nominated_on(self, node: str) -> Mapping[str, Pod]:
         return self._nominated.get(node, {})
 
-    def pdbs_in(self, namespace: str) -> list[Pdb]:
-        return self._pdbs_by_ns.get(namespace, [])
-
     def pending(self) -> Iterator[Pod]:
         for pod in self.pods.values():
             if pod.node is None and not pod.terminal:
                 yield pod
+
+    def pending_in_group(self, namespace: str, group: str) -> list[Pod]:
+        """Pending, non-terminal pods labelled with pod group `group` in `namespace`."""
+        return [self.pods[uid] for uid in self._pending_groups.get((namespace, group), ())]
+
+    def bound_in_group(self, namespace: str, group: str) -> list[Pod]:
+        return [self.pods[uid] for uid in sorted(self._bound_groups.get((namespace, group), ()))]
+
+    def owns(self, uid: str) -> bool:
+        """Does another pod name this one in its ownerReferences?"""
+        return self._owned.get(uid, 0) > 0
 
     def free(self, state: NodeState) -> Resources:
         out = dict(state.node.allocatable)
@@ -131,20 +168,17 @@ class Cluster:
         elif isinstance(record, Node):
             self._upsert_node(record)
         elif isinstance(record, PriorityClass):
-            self.priority_classes[record.name] = record
-            try:
-                self._policies[record.name] = toleration.parse_policy(record.value, record.annotations)
-                self.warnings.pop(f"PriorityClass/{record.name}", None)
-            except toleration.PolicyError as exc:
-                self._policies[record.name] = None
-                self.warnings[f"PriorityClass/{record.name}"] = f"{exc}; toleration disabled for this class"
-            self.epoch += 1
+            self._upsert_class(record)
         elif isinstance(record, Pdb):
-            self.pdbs[record.uid] = record
-            self._reindex_pdbs()
+            old = self.budgets.pdbs.get(record.uid)
+            members, regrouped = self.budgets.upsert(
+                record, self._bound_in_ns.get(record.namespace, {}).values()
+            )
+            self._pdb_changed(old, record, members, regrouped)
         else:
+            # Quotas are read per job decision (admission, reprieve); no node evaluation
+            # depends on them, so nothing is touched.
             self.quotas[record.uid] = record
-            self.epoch += 1
 
     def remove(self, kind: str, uid: str) -> None:
         if kind == "Pod":
@@ -156,21 +190,50 @@ class Cluster:
                     self._orphans[uid] = state.pods
                 self.touched.append(uid)
         elif kind == "PriorityClass":
-            if self.priority_classes.pop(uid, None) is not None:
-                self._policies.pop(uid, None)
-                self.epoch += 1
+            old = self.priority_classes.pop(uid, None)
+            if old is not None:
+                had = self._policies.pop(uid, None)
+                if had is not None:
+                    self._touch_class(uid)
         elif kind == "PodDisruptionBudget":
-            if self.pdbs.pop(uid, None) is not None:
-                self._reindex_pdbs()
-        elif kind == "ElasticQuota" and self.quotas.pop(uid, None) is not None:
-            self.epoch += 1
+            old_pdb = self.budgets.pdbs.get(uid)
+            if old_pdb is not None:
+                self._pdb_changed(old_pdb, None, self.budgets.remove(uid), True)
+        elif kind == "ElasticQuota":
+            self.quotas.pop(uid, None)
 
-    def _reindex_pdbs(self) -> None:
-        by_ns: dict[str, list[Pdb]] = {}
-        for p in sorted(self.pdbs.values(), key=lambda p: (p.namespace, p.name, p.uid)):
-            by_ns.setdefault(p.namespace, []).append(p)
-        self._pdbs_by_ns = by_ns
-        self.epoch += 1
+    def _upsert_class(self, record: PriorityClass) -> None:
+        before = self._policies.get(record.name)
+        self.priority_classes[record.name] = record
+        try:
+            policy = toleration.parse_policy(record.value, record.annotations)
+            self.warnings.pop(f"PriorityClass/{record.name}", None)
+        except toleration.PolicyError as exc:
+            policy = None
+            self.warnings[f"PriorityClass/{record.name}"] = f"{exc}; toleration disabled for this class"
+        self._policies[record.name] = policy
+        # Pods carry their priority (stamped at admission), so only the toleration
+        # policy of a class reaches an evaluation: the nodes running its pods.
+        if policy != before:
+            self._touch_class(record.name)
+
+    def _touch_class(self, name: str) -> None:
+        for node in sorted({self.pods[uid].node or "" for uid in self._bound_in_class.get(name, ())}):
+            self._touch(node)
+
+    def _pdb_changed(self, old: Pdb | None, new: Pdb | None, members: set[str], regrouped: bool) -> None:
+        """Mark the nodes whose evaluations a PDB change can alter (`pdb_touched`)."""
+        per_node: dict[str, int] = {}
+        for uid in members:
+            pod = self.pods.get(uid)
+            if pod is not None and pod.node is not None:
+                per_node[pod.node] = per_node.get(pod.node, 0) + 1
+        if regrouped or old is None or new is None:
+            self.pdb_touched.extend((node, "") for node in sorted(per_node))
+            return
+        for node in sorted(per_node):
+            if disruption.status_matters(old, new, per_node[node]):
+                self.pdb_touched.append((node, new.uid))
 
     def _touch(self, name: str | None) -> None:
         if name is None:
@@ -196,18 +259,34 @@ class Cluster:
         if pod.priority is None:
             # Admission stamps spec.priority from the class; do the same for hand-written objects.
             pod = dataclasses.replace(pod, priority=self.priority(pod))
+        old = self.pods.get(pod.uid)
+        if old is not None and dataclasses.replace(old, resource_version=pod.resource_version) == pod:
+            # Only the resourceVersion moved (a kubelet status heartbeat, say): every
+            # field the engine keeps is equal, so swap the record in place and touch
+            # nothing, and no cache starts over.
+            self._swap(old, pod)
+            return
         self._remove_pod(pod.uid)
         self.pods[pod.uid] = pod
+        for owner in pod.owners:
+            if owner.uid != pod.uid:
+                self._owned[owner.uid] = self._owned.get(owner.uid, 0) + 1
+        if pod.terminal:
+            return
         if pod.node is not None:
-            if not pod.terminal:
-                state = self.nodes.get(pod.node)
-                if state is not None:
-                    state.pods[pod.uid] = pod
-                    resources.add(state.used, pod.requests)
-                else:
-                    self._orphans.setdefault(pod.node, {})[pod.uid] = pod
-                self._touch(pod.node)
-        elif pod.nominated is not None and not pod.terminal:
+            self._bind(pod)
+            state = self.nodes.get(pod.node)
+            if state is not None:
+                state.pods[pod.uid] = pod
+                resources.add(state.used, pod.requests)
+            else:
+                self._orphans.setdefault(pod.node, {})[pod.uid] = pod
+            self._touch(pod.node)
+            return
+        group = pod.labels.get(POD_GROUP)
+        if group:
+            self._pending_groups.setdefault((pod.namespace, group), set()).add(pod.uid)
+        if pod.nominated is not None:
             self._nominated.setdefault(pod.nominated, {})[pod.uid] = pod
             self._touch(pod.nominated)
 
@@ -215,7 +294,17 @@ class Cluster:
         old = self.pods.pop(uid, None)
         if old is None:
             return
+        for owner in old.owners:
+            if owner.uid != old.uid:
+                left = self._owned.get(owner.uid, 0) - 1
+                if left > 0:
+                    self._owned[owner.uid] = left
+                else:
+                    self._owned.pop(owner.uid, None)
+        if old.terminal:
+            return
         if old.node is not None:
+            self._unbind(old)
             state = self.nodes.get(old.node)
             if state is not None and state.pods.pop(uid, None) is not None:
                 resources.sub(state.used, old.requests)
@@ -224,13 +313,78 @@ class Cluster:
                 if not self._orphans[old.node]:
                     del self._orphans[old.node]
             self._touch(old.node)
-        elif old.nominated is not None:
+            return
+        group = old.labels.get(POD_GROUP)
+        if group:
+            members = self._pending_groups.get((old.namespace, group))
+            if members is not None:
+                members.discard(uid)
+                if not members:
+                    del self._pending_groups[(old.namespace, group)]
+        if old.nominated is not None:
             noms = self._nominated.get(old.nominated)
             if noms is not None:
                 noms.pop(uid, None)
                 if not noms:
                     del self._nominated[old.nominated]
             self._touch(old.nominated)
+
+    def _swap(self, old: Pod, pod: Pod) -> None:
+        self.pods[pod.uid] = pod
+        if old.terminal:
+            return
+        if old.node is not None:
+            state = self.nodes.get(old.node)
+            holder = state.pods if state is not None else self._orphans.get(old.node, {})
+            if pod.uid in holder:
+                holder[pod.uid] = pod
+            in_ns = self._bound_in_ns.get(pod.namespace)
+            if in_ns is not None and pod.uid in in_ns:
+                in_ns[pod.uid] = pod
+        elif old.nominated is not None:
+            noms = self._nominated.get(old.nominated)
+            if noms is not None and pod.uid in noms:
+                noms[pod.uid] = pod
+
+    def _bind(self, pod: Pod) -> None:
+        """File a bound, non-terminal pod in the derived indexes."""
+        self._bound_in_ns.setdefault(pod.namespace, {})[pod.uid] = pod
+        if pod.priority_class:
+            self._bound_in_class.setdefault(pod.priority_class, set()).add(pod.uid)
+        self.budgets.add_pod(pod)
+        pod_group = pod.labels.get(POD_GROUP)
+        if pod_group:
+            self._bound_groups.setdefault((pod.namespace, pod_group), set()).add(pod.uid)
+        group = self.usage.get(_usage_key(pod))
+        if group is None:
+            self.usage[_usage_key(pod)] = [dict(pod.requests), 1]
+        else:
+            resources.add(group[0], pod.requests)
+            group[1] += 1
+
+    def _unbind(self, pod: Pod) -> None:
+        in_ns = self._bound_in_ns.get(pod.namespace)
+        if in_ns is not None:
+            in_ns.pop(pod.uid, None)
+        if pod.priority_class:
+            in_class = self._bound_in_class.get(pod.priority_class)
+            if in_class is not None:
+                in_class.discard(pod.uid)
+        self.budgets.remove_pod(pod.uid)
+        pod_group = pod.labels.get(POD_GROUP)
+        if pod_group:
+            in_group = self._bound_groups.get((pod.namespace, pod_group))
+            if in_group is not None:
+                in_group.discard(pod.uid)
+                if not in_group:
+                    del self._bound_groups[(pod.namespace, pod_group)]
+        key = _usage_key(pod)
+        group = self.usage.get(key)
+        if group is not None:
+            resources.sub(group[0], pod.requests)
+            group[1] -= 1
+            if group[1] <= 0:
+                del self.usage[key]
 
     def touched_since(self, position: int) -> list[str] | None:
         """Nodes touched since absolute log `position`; None when that part of the log is trimmed."""
@@ -248,6 +402,21 @@ class Cluster:
         if drop > 0:
             del self.touched[:drop]
             self.touched_base = position
+
+    def pdb_touched_since(self, position: int) -> list[tuple[str, str]] | None:
+        if position < self.pdb_touched_base:
+            return None
+        return self.pdb_touched[position - self.pdb_touched_base :]
+
+    @property
+    def pdb_touched_end(self) -> int:
+        return self.pdb_touched_base + len(self.pdb_touched)
+
+    def trim_pdb_touched(self, position: int) -> None:
+        drop = position - self.pdb_touched_base
+        if drop > 0:
+            del self.pdb_touched[:drop]
+            self.pdb_touched_base = position
 
     # ---- event folding ---------------------------------------------------------------
 
@@ -298,6 +467,16 @@ class Cluster:
         keys |= {("PodDisruptionBudget", u) for u in self.pdbs}
         keys |= {("ElasticQuota", u) for u in self.quotas}
         return keys
+
+
+POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
+QUOTA_NAME = "quota.scheduling.koordinator.sh/name"
+PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
+
+
+def _usage_key(pod: Pod) -> tuple[str, str, str | None]:
+    """A pod's quota usage group; an absent preemptible label (None) differs from an empty one."""
+    return (pod.namespace, pod.labels.get(QUOTA_NAME) or "", pod.labels.get(PREEMPTIBLE))
 
 
 def _table_key(obj: Mapping[str, Any]) -> str:

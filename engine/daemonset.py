@@ -48,12 +48,7 @@ def opted_out(pod: Pod) -> bool:
 
 def owners_among(cluster: Cluster, uids: set[str]) -> set[str]:
     """Which of `uids` another pod names in its ownerReferences (a driver and its executors)."""
-    out: set[str] = set()
-    for pod in cluster.pods.values():
-        for owner in pod.owners:
-            if owner.uid in uids and owner.uid != pod.uid:
-                out.add(owner.uid)
-    return out
+    return {uid for uid in uids if cluster.owns(uid)}
 
 
 def _size(pod: Pod, request: Resources, allocatable: Resources) -> Fraction:

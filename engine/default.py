@@ -7,17 +7,18 @@ without un-fitting the preemptor is a victim. Nodes are then ranked by the
 upstream criteria, every node evaluated, ties broken by node name.
 
 `evaluate_node` is the unit the index caches (see `index`): its result depends
-only on the node's state, the cluster-wide epoch, the preemptor's signature and,
-through toleration windows, on `now` until `NodeEval.expires`.
+only on the node's state, the PDBs covering its pods, the toleration policies of
+their classes, the preemptor's signature and, through toleration windows, on
+`now` until `NodeEval.expires`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import placement, resources, timeutil, toleration
+from engine import disruption, placement, resources, timeutil, toleration
 from engine.cluster import Cluster, NodeState
 from engine.objects import PREEMPT_NEVER, QOS_NAMES, Pod
 from engine.resources import Resources
@@ -27,7 +28,8 @@ FITS, CANDIDATE, REJECTED = 0, 1, 2
 # priorities cannot make a node with more victims look cheaper (upstream rule).
 PRIORITY_SHIFT = 2**31
 # Explanations list this many ranked candidates and rejected nodes; the rest are counted.
-EXPLAIN_CANDIDATES = 10
+# Every listed candidate is evaluated in full, so this is also work per decision.
+EXPLAIN_CANDIDATES = 3
 EXPLAIN_REJECTED = 20
 
 
@@ -55,6 +57,8 @@ class NodeEval:
     # criteria() of this evaluation, kept: a ranking serves the same top candidates to
     # many decisions, and each decision's explanation lists them.
     summary: dict[str, Any] | None = None
+    # The PDBs covering a potential victim: the only budgets this evaluation read.
+    pdbs: frozenset[str] = frozenset()
 
 
 def importance(cluster: Cluster, pod: Pod) -> tuple[int, int, int, str]:
@@ -63,26 +67,8 @@ def importance(cluster: Cluster, pod: Pod) -> tuple[int, int, int, str]:
 
 
 def pdb_violating(cluster: Cluster, pods: Sequence[Pod]) -> list[bool]:
-    """Which of `pods` (importance order) would violate a PDB if all were evicted.
-
-    Upstream filterPodsWithPDBViolation: each matching pod not yet listed in the
-    PDB's disruptedPods uses one allowed disruption; once a budget is negative,
-    every further pod it covers violates it. A nil or empty selector matches nothing.
-    """
-    allowed: dict[str, int] = {}
-    out = []
-    for pod in pods:
-        violated = False
-        for pdb in cluster.pdbs_in(pod.namespace):
-            sel = pdb.selector
-            if sel is None or sel.empty or not sel.matches(pod.labels) or pod.name in pdb.disrupted:
-                continue
-            left = allowed.get(pdb.uid, pdb.disruptions_allowed) - 1
-            allowed[pdb.uid] = left
-            if left < 0:
-                violated = True
-        out.append(violated)
-    return out
+    """Which of `pods` (importance order) would violate a PDB if all were evicted (`disruption.violating`)."""
+    return disruption.violating(cluster.budgets, pods)
 
 
 def nominated_load(cluster: Cluster, node: str, pre: Preemptor) -> Resources | None:
@@ -105,17 +91,22 @@ def free_for(cluster: Cluster, state: NodeState, pre: Preemptor) -> Resources:
 
 
 def potential_victims(
-    cluster: Cluster, state: NodeState, pre: Preemptor, now: int
+    cluster: Cluster, state: NodeState, pre: Preemptor, now: int, ordered: Sequence[Pod] | None = None
 ) -> tuple[list[Pod], int | None]:
-    """Lower-priority pods that do not tolerate the preemptor, and when that set may change."""
+    """Lower-priority pods that do not tolerate the preemptor, and when that set may change.
+
+    `ordered`, when given, is the node's pods already most important first (a
+    `summary.Summary`); the result then keeps that order.
+    """
     out = []
     expires: int | None = None
-    for pod in state.pods.values():
-        if cluster.priority(pod) >= pre.priority:
+    priority = pre.priority
+    for pod in state.pods.values() if ordered is None else ordered:
+        if (pod.priority if pod.priority is not None else cluster.priority(pod)) >= priority:
             continue
-        if pod.priority_class and cluster.policy(pod.priority_class) is not None:
+        if pod.priority_class:
             policy = cluster.policy(pod.priority_class)
-            if cluster.tolerates(pod, preemptor_priority=pre.priority, now=now):
+            if policy is not None and cluster.tolerates(pod, preemptor_priority=priority, now=now):
                 until = toleration.expires_at(policy, scheduled_at=pod.scheduled_at)
                 if until is not None:
                     expires = until if expires is None else min(expires, until)
@@ -124,7 +115,9 @@ def potential_victims(
     return out, expires
 
 
-def evaluate_node(cluster: Cluster, state: NodeState, pre: Preemptor, now: int) -> NodeEval:
+def evaluate_node(
+    cluster: Cluster, state: NodeState, pre: Preemptor, now: int, ordered: Sequence[Pod] | None = None
+) -> NodeEval:
     name = state.node.name
     why = placement.unresolvable(state.node, pre.pod)
     if why is not None:
@@ -132,7 +125,7 @@ def evaluate_node(cluster: Cluster, state: NodeState, pre: Preemptor, now: int) 
     free = free_for(cluster, state, pre)
     if resources.fits(pre.requests, free):
         return NodeEval(name, FITS, "fits without preemption")
-    potential, expires = potential_victims(cluster, state, pre, now)
+    potential, expires = potential_victims(cluster, state, pre, now, ordered)
     for pod in potential:
         resources.add(free, pod.requests)
     if not resources.fits(pre.requests, free):
@@ -144,7 +137,10 @@ def evaluate_node(cluster: Cluster, state: NodeState, pre: Preemptor, now: int) 
             f"(short {', '.join(f'{k} {v}' for k, v in missing.items())})",
             expires=expires,
         )
-    potential.sort(key=lambda p: importance(cluster, p))
+    if ordered is None:
+        potential.sort(key=lambda p: importance(cluster, p))
+    budgets = cluster.budgets
+    read = frozenset(pdb.uid for pod in potential for pdb in budgets.of(pod.uid))
     violating = pdb_violating(cluster, potential)
     victims: list[Pod] = []
     tried: list[tuple[Pod, bool]] = []
@@ -171,6 +167,7 @@ def evaluate_node(cluster: Cluster, state: NodeState, pre: Preemptor, now: int) 
         key=rank_key(cluster, victims, violations),
         expires=expires,
         potential=tried,
+        pdbs=read,
     )
 
 
@@ -245,21 +242,3 @@ def waiting_on_nominated(cluster: Cluster, pre: Preemptor) -> str | None:
 
 def may_preempt(cluster: Cluster, pod: Pod) -> bool:
     return cluster.preemption_policy(pod) != PREEMPT_NEVER
-
-
-def explain(evals: Iterable[NodeEval], cluster: Cluster, *, flow: str) -> dict[str, Any]:
-    candidates = sorted((e for e in evals if e.status == CANDIDATE), key=lambda e: (e.key, e.node))
-    rejected = [e for e in evals if e.status == REJECTED]
-    counts: dict[str, int] = {}
-    for e in rejected:
-        counts[e.reason] = counts.get(e.reason, 0) + 1
-    return {
-        "flow": flow,
-        "candidates": [criteria(e, cluster) for e in candidates[:EXPLAIN_CANDIDATES]],
-        "candidateCount": len(candidates),
-        "rejected": [{"node": e.node, "reason": e.reason} for e in sorted(rejected, key=lambda e: e.node)][
-            :EXPLAIN_REJECTED
-        ],
-        "rejectedCount": len(rejected),
-        "rejectedReasons": dict(sorted(counts.items())),
-    }

@@ -56,7 +56,7 @@ def decide(
     if flow == "daemonset":
         return daemonset.decide(cluster, pods[0], now=now, config=config)
     if flow == "job":
-        return job.decide(cluster, pods, now=now, config=config)
+        return job.decide(cluster, pods, now=now, config=config, index=index)
     return decide_default(cluster, pods[0], now=now, config=config, index=index)
 
 

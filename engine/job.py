@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import decision as decision_mod
-from engine import default, minimal, quantity, resources
+from engine import default, quantity, resources
+from engine import index as index_mod
 from engine.cluster import Cluster, NodeState
 from engine.config import Config
 from engine.decision import DELETE, FITS, LABEL, PREEMPT, UNSCHEDULABLE, WAIT, Decision, Victim
 from engine.default import NodeEval, Preemptor
+from engine.index import Index
 from engine.objects import PREEMPT_LOWER, PREEMPT_NEVER, ElasticQuota, Pod
 from engine.resources import Resources
 from engine.victims import SOFT_EVICTION, leaving, to_victims
@@ -51,21 +53,27 @@ def _truthy(value: str | None) -> bool | None:
     return value.strip().lower() == "true"
 
 
-def quota_resolver(cluster: Cluster) -> Callable[[Pod], ElasticQuota | None]:
-    """`quota_of` for many pods: the quotas indexed once by name and by namespace."""
+def quota_resolver_by_labels(cluster: Cluster) -> Callable[[str, str], ElasticQuota | None]:
+    """The quota of a pod in `namespace` whose quota-name label is `label` ("" when absent)."""
     by_name: dict[str, list[ElasticQuota]] = {}
     by_namespace: dict[str, ElasticQuota] = {}
     for q in sorted(cluster.quotas.values(), key=lambda q: (q.namespace, q.name, q.uid)):
         by_name.setdefault(q.name, []).append(q)
         by_namespace.setdefault(q.namespace, q)
 
-    def resolve(pod: Pod) -> ElasticQuota | None:
-        named = by_name.get(pod.labels.get(QUOTA_NAME) or "")
+    def resolve(namespace: str, label: str) -> ElasticQuota | None:
+        named = by_name.get(label)
         if named:
-            return next((q for q in named if q.namespace == pod.namespace), named[0])
-        return by_namespace.get(pod.namespace)
+            return next((q for q in named if q.namespace == namespace), named[0])
+        return by_namespace.get(namespace)
 
     return resolve
+
+
+def quota_resolver(cluster: Cluster) -> Callable[[Pod], ElasticQuota | None]:
+    """`quota_of` for many pods: the quotas indexed once by name and by namespace."""
+    by_labels = quota_resolver_by_labels(cluster)
+    return lambda pod: by_labels(pod.namespace, pod.labels.get(QUOTA_NAME) or "")
 
 
 def quota_of(cluster: Cluster, pod: Pod) -> ElasticQuota | None:
@@ -87,7 +95,11 @@ def is_job_pod(cluster: Cluster, pod: Pod) -> bool:
 
 def is_preemptible(pod: Pod, config: Config) -> bool:
     """The preemptible label decides; without it, preemptible unless disableDefaultPreemptible."""
-    labelled = _truthy(pod.labels.get(PREEMPTIBLE))
+    return preemptible_by(pod.labels.get(PREEMPTIBLE), config)
+
+
+def preemptible_by(label: str | None, config: Config) -> bool:
+    labelled = _truthy(label)
     if labelled is None:
         return not config.quota.disable_default_preemptible
     return labelled
@@ -127,9 +139,8 @@ def gang(cluster: Cluster, pods: Sequence[Pod]) -> list[Pod]:
     """
     members = {p.uid: p for p in pods}
     if len(pods) == 1 and pods[0].labels.get(POD_GROUP):
-        group, namespace = pods[0].labels[POD_GROUP], pods[0].namespace
-        for p in cluster.pending():
-            if p.namespace == namespace and p.labels.get(POD_GROUP) == group and not p.deleting:
+        for p in cluster.pending_in_group(pods[0].namespace, pods[0].labels[POD_GROUP]):
+            if not p.deleting:
                 members.setdefault(p.uid, p)
     return sorted(members.values(), key=lambda p: (p.namespace, p.name, p.uid))
 
@@ -162,6 +173,7 @@ class QuotaUse:
 def quota_use(cluster: Cluster, members: Sequence[Pod], config: Config) -> list[QuotaUse]:
     """Usage of every quota a member is charged to, from the bound, non-terminal pods charged to it."""
     resolve = quota_resolver(cluster)
+    resolve_labels = quota_resolver_by_labels(cluster)
     by_uid: dict[str, QuotaUse] = {}
     for m in members:
         q = resolve(m)
@@ -176,16 +188,17 @@ def quota_use(cluster: Cluster, members: Sequence[Pod], config: Config) -> list[
             use.non_preemptible_members += 1
     if not by_uid:
         return []
-    for pod in cluster.pods.values():
-        if pod.node is None or pod.terminal:
-            continue
-        q = resolve(pod)
+    # The cluster keeps bound pods' requests summed by (namespace, quota label,
+    # preemptible label): each group resolves to one quota, as each of its pods would.
+    # Integer sums do not depend on the order they are added in.
+    for (namespace, quota_label, preemptible_label), (requests, _) in cluster.usage.items():
+        q = resolve_labels(namespace, quota_label)
         if q is None or q.uid not in by_uid:
             continue
         use = by_uid[q.uid]
-        resources.add(use.used, pod.requests)
-        if not is_preemptible(pod, config):
-            resources.add(use.non_preemptible_used, pod.requests)
+        resources.add(use.used, requests)
+        if not preemptible_by(preemptible_label, config):
+            resources.add(use.non_preemptible_used, requests)
     return sorted(by_uid.values(), key=lambda u: (u.quota.namespace, u.quota.name, u.quota.uid))
 
 
@@ -301,80 +314,135 @@ def _view(
 @dataclass(slots=True)
 class _MemberChoice:
     node: str | None
-    evals: list[NodeEval]
+    chosen: NodeEval | None  # the evaluation that places it by evicting (None when it fits)
+    explanation: dict[str, Any]
     fits: bool = False
 
 
-def _place_member(
-    cluster: Cluster,
-    member: Pod,
-    pre: Preemptor,
-    plan: _Plan,
-    evictable: Mapping[str, Mapping[str, Pod]],
-    nominees: Mapping[str, list[Pod]],
-    *,
-    now: int,
-    config: Config,
-) -> _MemberChoice:
-    evaluate = minimal.evaluate_node if config.victim_selection == "minimal" else default.evaluate_node
-    evals: list[NodeEval] = []
-    for name in sorted(cluster.nodes):
-        counted = [
-            m for m in nominees.get(name, []) if m.uid != member.uid and cluster.priority(m) >= pre.priority
-        ]
-        view = _view(cluster.nodes[name], evictable.get(name, {}), plan, counted)
-        evals.append(evaluate(cluster, view, pre, now))
-    for ev in evals:
-        if ev.status == default.FITS:
-            return _MemberChoice(ev.node, evals, fits=True)
-    candidates = [e for e in evals if e.status == default.CANDIDATE]
-    if not candidates:
-        return _MemberChoice(None, evals)
-    best = min(candidates, key=lambda e: (e.key, e.node))
-    return _MemberChoice(best.node, evals)
+def job_kind(config: Config) -> str:
+    """The ranking kind of job-flow victims: preemptible pods, by the label or the configured default."""
+    return "job-strict" if config.quota.disable_default_preemptible else "job"
 
 
-def _explain_member(member: Pod, choice: _MemberChoice, cluster: Cluster) -> dict[str, Any]:
-    candidates = sorted(
-        (e for e in choice.evals if e.status == default.CANDIDATE), key=lambda e: (e.key, e.node)
-    )
-    rejected = [e for e in choice.evals if e.status == default.REJECTED]
-    return {
-        "member": member.key,
-        "node": choice.node,
-        "how": "fits" if choice.fits else ("preempt" if choice.node else "unplaceable"),
-        "candidates": [default.criteria(e, cluster) for e in candidates[:EXPLAIN_NODES]],
-        "candidateCount": len(candidates),
-        "rejected": [{"node": e.node, "reason": e.reason} for e in rejected[:EXPLAIN_NODES]],
-        "rejectedCount": len(rejected),
-    }
+@dataclass(slots=True)
+class _Placer:
+    """Places a gang's members one at a time on the index's rankings (job-eligible victims).
 
-
-def _evictable(
-    cluster: Cluster, members: Sequence[Pod], priority: int, *, now: int, config: Config
-) -> dict[str, dict[str, Pod]]:
-    """Job-eligible victims by node: preemptible, lower priority, tolerating no member, not in the job.
-
-    Terminating and soft-evicted pods stay eligible: their capacity is leaving anyway
-    and listing them again costs nothing (DESIGN §4). The toleration test uses the
-    lowest member priority: a victim that tolerates any member tolerates that one.
+    Most nodes look to a member exactly as they look to any pod of its shape and
+    priority with job eligibility, which is what the shared ranking of that
+    signature holds. The others are evaluated on their own view: nodes where the
+    plan already placed members or committed victims, nodes where a member was
+    nominated by an earlier round, and nodes running pods of the same group
+    (which are never its victims).
     """
-    member_uids = {m.uid for m in members}
-    group = members[0].labels.get(POD_GROUP)
-    namespace = members[0].namespace
-    out: dict[str, dict[str, Pod]] = {}
-    for name, state in cluster.nodes.items():
+
+    cluster: Cluster
+    index: Index
+    members: Sequence[Pod]
+    priority: int
+    nominees: Mapping[str, list[Pod]]
+    now: int
+    config: Config
+    plan: _Plan = field(default_factory=_Plan)
+    _uids: set[str] = field(default_factory=set)
+    _group_nodes: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        first = self.members[0]
+        group = first.labels.get(POD_GROUP)
+        self._uids = {m.uid for m in self.members}
+        if group:
+            self._group_nodes = {
+                p.node for p in self.cluster.bound_in_group(first.namespace, group) if p.node
+            }
+
+    def keep(self, pod: Pod) -> bool:
+        return is_preemptible(pod, self.config)
+
+    def evictable(self, name: str) -> dict[str, Pod]:
+        """Job-eligible victims on a node: preemptible, lower priority, tolerating no member, not in the job.
+
+        Terminating and soft-evicted pods stay eligible: their capacity is leaving anyway
+        and listing them again costs nothing (docs/semantics.md §1). The toleration test
+        uses the lowest member priority: a victim that tolerates any member tolerates that one.
+        """
+        first = self.members[0]
+        group = first.labels.get(POD_GROUP)
+        out: dict[str, Pod] = {}
+        state = self.cluster.nodes.get(name)
+        if state is None:
+            return out
         for pod in state.pods.values():
-            if pod.uid in member_uids or (
-                group and pod.namespace == namespace and pod.labels.get(POD_GROUP) == group
+            if pod.uid in self._uids or (
+                group and pod.namespace == first.namespace and pod.labels.get(POD_GROUP) == group
             ):
                 continue
-            if cluster.priority(pod) >= priority or not is_preemptible(pod, config):
+            if self.cluster.priority(pod) >= self.priority or not is_preemptible(pod, self.config):
                 continue
-            if cluster.tolerates(pod, preemptor_priority=priority, now=now):
+            if self.cluster.tolerates(pod, preemptor_priority=self.priority, now=self.now):
                 continue
-            out.setdefault(name, {})[pod.uid] = pod
-    return out
+            out[pod.uid] = pod
+        return out
+
+    def place(self, member: Pod) -> _MemberChoice:
+        cluster, plan, mode = self.cluster, self.plan, self.config.victim_selection
+        pre = Preemptor(member, self.priority, member.requests)
+        ranking = self.index.ranking(pre, self.now, mode, job_kind(self.config), self.keep)
+        special = {*plan.on_node, *plan.committed, *self.nominees, *self._group_nodes} & set(cluster.nodes)
+        evaluate = index_mod.evaluator(mode)
+        views: dict[str, NodeEval] = {}
+        for name in sorted(special):
+            counted = [
+                m
+                for m in self.nominees.get(name, [])
+                if m.uid != member.uid and cluster.priority(m) >= self.priority
+            ]
+            view = _view(cluster.nodes[name], self.evictable(name), plan, counted)
+            views[name] = evaluate(cluster, view, pre, self.now)
+        fitting = sorted(
+            n
+            for n in (ranking.fitting(views), *(n for n, e in views.items() if e.status == default.FITS))
+            if n
+        )
+        if fitting:
+            # It fits: no node is ranked for it, as in the default flow.
+            return _MemberChoice(
+                fitting[0], None, {"member": member.key, "node": fitting[0], "how": "fits"}, fits=True
+            )
+        shared_top = ranking.top(EXPLAIN_NODES, views)  # settles the ranking: its counts are exact
+        own = [e for e in views.values() if e.status == default.CANDIDATE]
+        top = sorted([*shared_top, *own], key=_rank)[:EXPLAIN_NODES]
+        node = top[0].node if top else None
+        chosen = top[0] if top else None
+        shared = [ranking.state[n] for n in views if n in ranking.state]
+        rejected = sorted(
+            [
+                *(
+                    (n, ranking.reason(n))
+                    for n in ranking.rejected.islice(0, EXPLAIN_NODES + len(views))
+                    if n not in views
+                ),
+                *((n, e.reason) for n, e in views.items() if e.status == default.REJECTED),
+            ]
+        )
+        explanation = {
+            "member": member.key,
+            "node": node,
+            "how": "preempt" if node else "unplaceable",
+            "candidates": [default.criteria(e, cluster) for e in top],
+            "candidateCount": ranking.candidate_count
+            - sum(e.tier == default.CANDIDATE for e in shared)
+            + sum(e.status == default.CANDIDATE for e in views.values()),
+            "rejected": [{"node": n, "reason": why} for n, why in rejected[:EXPLAIN_NODES]],
+            "rejectedCount": len(ranking.rejected)
+            - sum(e.tier == default.REJECTED for e in shared)
+            + sum(e.status == default.REJECTED for e in views.values()),
+        }
+        return _MemberChoice(node, chosen, explanation)
+
+
+def _rank(e: NodeEval) -> tuple[Any, str]:
+    return (e.key, e.node)
 
 
 def _nominees(cluster: Cluster, members: Sequence[Pod]) -> dict[str, list[Pod]]:
@@ -466,6 +534,7 @@ def decide(
     *,
     now: int,
     config: Config,
+    index: Index | None = None,
 ) -> Decision:
     """Decide for one job: every pending member placed, or nothing evicted.
 
@@ -517,20 +586,18 @@ def decide(
             f"({first['value']} > {first['limit']})",
         )
 
-    evictable = _evictable(cluster, members, priority, now=now, config=config)
     nominees = _nominees(cluster, members)
-    plan = _Plan()
+    placer = _Placer(cluster, index or Index(cluster), members, priority, nominees, now, config)
+    plan = placer.plan
     steps: list[dict[str, Any]] = []
     unplaced: Pod | None = None
     for m in members:
-        pre = Preemptor(m, priority, m.requests)
-        choice = _place_member(cluster, m, pre, plan, evictable, nominees, now=now, config=config)
-        steps.append(_explain_member(m, choice, cluster))
+        choice = placer.place(m)
+        steps.append(choice.explanation)
         if choice.node is None:
             unplaced = m
             break
-        chosen = next(e for e in choice.evals if e.node == choice.node)
-        plan.place(m, choice.node, chosen.victims if not choice.fits else ())
+        plan.place(m, choice.node, choice.chosen.victims if choice.chosen is not None else ())
     explanation["placements"] = steps
     placements = {m.key: plan.placements[m.uid] for m in members if m.uid in plan.placements}
 
@@ -551,7 +618,11 @@ def decide(
     # The seed removes every eligible pod and assigns them back (kubernetes). In minimal
     # mode only the pods the per-member choices evicted go back, so the greedy pass
     # cannot undo the exact per-node minimisation.
-    pool = plan.committed if config.victim_selection == "minimal" else evictable
+    pool = (
+        plan.committed
+        if config.victim_selection == "minimal"
+        else {n: placer.evictable(n) for n in plan.on_node}
+    )
     victims = _reprieve(cluster, plan, pool, nominees, priority, uses)
     explanation["victims"] = [v.key for v in victims]
     return make(

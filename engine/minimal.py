@@ -41,11 +41,13 @@ def disruption_key(cluster: Cluster, victims: Sequence[Pod]) -> tuple[int, int, 
     return (violations, highest, len(prios), sum(p + PRIORITY_SHIFT for p in prios), -earliest)
 
 
-def evaluate_node(cluster: Cluster, state: NodeState, pre: Preemptor, now: int) -> NodeEval:
-    greedy = default.evaluate_node(cluster, state, pre, now)
+def evaluate_node(
+    cluster: Cluster, state: NodeState, pre: Preemptor, now: int, ordered: Sequence[Pod] | None = None
+) -> NodeEval:
+    greedy = default.evaluate_node(cluster, state, pre, now, ordered)
     if greedy.status != CANDIDATE:
         return greedy
-    potential, _ = default.potential_victims(cluster, state, pre, now)
+    potential, _ = default.potential_victims(cluster, state, pre, now, ordered)
     free = default.free_for(cluster, state, pre)
     deficit = {k: v - free.get(k, 0) for k, v in pre.requests.items() if v > free.get(k, 0)}
     best_set = list(greedy.victims)
@@ -103,6 +105,7 @@ def evaluate_node(cluster: Cluster, state: NodeState, pre: Preemptor, now: int) 
         key=best_key,
         expires=greedy.expires,
         potential=greedy.potential,
+        pdbs=greedy.pdbs,
     )
 
 
