@@ -1,52 +1,70 @@
-"""Incremental per-preemptor node rankings: how a decision evaluates every node cheaply.
+"""Per-preemptor node rankings kept incrementally: how a decision finds the best nodes cheaply.
 
-Evaluating a node for a preemptor (engine.default.evaluate_node) depends only on
-that node's state, the cluster-wide epoch (classes, PDBs, quotas), the
-preemptor's scheduling signature (priority, requests, tolerations, selectors,
-affinity, victim-selection mode) and, through toleration windows, on "now"
-until a known instant. So the index keeps, per signature, every node's result
-in sorted containers: nodes that fit, candidates ranked by the upstream key, and
-rejected nodes with their reasons. A change to a node (a pod bound, deleted,
-nominated) is replayed from the cluster's touch log into every live ranking:
-one node re-evaluated and O(log n) container updates. A decision then reads the
-best node off the top instead of walking 5,000 nodes.
+For each preemptor signature (mode, victim kind, priority, requests, tolerations,
+selectors, affinity) a `Ranking` holds every node's standing in one sorted list:
+fitting nodes first (by name), then candidates by their ranking key, exact where
+the node has been evaluated and a lower bound (`summary.bound`) where it has not,
+then rejected nodes. A decision reads the top: while the first entries include a
+bound, that node is evaluated and its exact key takes the bound's place (keys are
+never below their bounds); once the first K entries are all exact, they are the
+K best nodes, because every entry after them is at least as large as its true key
+is low. Nodes that cannot win are never evaluated.
 
-The answer is exactly that of evaluating every node afresh (property-tested
-against engine.reference); only the work differs. The first decision for a new
-signature pays one full evaluation.
+Changes stay local: `Cluster.touched` names nodes whose pods, nominations or
+node object changed (their bound is recomputed, their evaluation dropped);
+`Cluster.pdb_touched` names nodes where only a PDB budget changed for pods they
+host (their evaluation is dropped, their bound still holds). A ranking catches
+up on both logs when it is next used, so a shape that returns after many
+decisions pays for what changed, not for the cluster's size. Toleration windows
+are the one dependence on time: an entry is looked at again when one closes.
+
+The answers are exactly those of evaluating every node afresh (`full_scan`, the
+specification; property-tested against it and against `engine.reference`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+import heapq
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sortedcontainers import SortedList
 
-from engine import default, minimal
-from engine.cluster import Cluster
+from engine import default, minimal, placement, resources, summary
+from engine.cluster import Cluster, NodeState
 from engine.default import CANDIDATE, FITS, REJECTED, NodeEval, Preemptor
+from engine.objects import Node, Pod
+from engine.resources import Resources
 
 # Live rankings kept at once (one per distinct preemptor signature); the least
 # recently used is dropped past this, bounding memory with many pod shapes.
 MAX_RANKINGS = 64
-# Touch-log entries kept before the log is trimmed to what every ranking has read.
+# Touch-log entries kept before the logs are trimmed to what every ranking has read.
 TOUCH_LOG_TRIM = 50_000
+# A ranking's heap is rebuilt once stale entries make it this many times its live ones.
+HEAP_SLACK = 4
 EXPLAIN_CANDIDATES = default.EXPLAIN_CANDIDATES
 EXPLAIN_REJECTED = default.EXPLAIN_REJECTED
 
+# A fitting preemptor's explanation: where it fits is the whole answer (the decision's
+# node), so no node is ranked or counted for it.
+FITS_EXPLANATION: dict[str, Any] = {"flow": "default"}
 # No Kubernetes uid is empty, so this pod excludes no nomination.
 ANONYMOUS = ""
+# Victim kinds: every lower-priority pod (default flow), or only preemptible ones (job flow).
+ALL = "all"
 
-NodeEvaluator = Callable[[Cluster, Any, Preemptor, int], NodeEval]
+NodeEvaluator = Callable[..., NodeEval]
+Keep = Callable[[Pod], bool] | None
 
 
-def signature(pre: Preemptor, mode: str) -> Hashable:
+def signature(pre: Preemptor, mode: str, kind: str = ALL) -> Hashable:
     pod = pre.pod
     return (
         mode,
+        kind,
         pre.priority,
         tuple(sorted(pre.requests.items())),
         pod.tolerations,
@@ -55,57 +73,296 @@ def signature(pre: Preemptor, mode: str) -> Hashable:
     )
 
 
+def evaluator(mode: str) -> NodeEvaluator:
+    return minimal.evaluate_node if mode == "minimal" else default.evaluate_node
+
+
+# A node known not to fit whose bound has not been computed yet: fitting is all a
+# decision needs when some node fits, so bounds wait until a decision needs candidates.
+PENDING = 3
+
+
 @dataclass(slots=True)
+class Entry:
+    tier: int  # FITS, CANDIDATE, REJECTED (exact, from the bound) or PENDING
+    bound: tuple[int, ...]
+    reason: str
+    expires: int | None
+    stamp: int  # the heap entry (value, name, stamp) that is this node's current one
+    exact: NodeEval | None = None  # a fresh full evaluation (candidates only)
+    filtered: bool = False  # rejected by a node filter: only a new node object can change that
+    refined: bool = False  # the bound has been tightened by `summary.refine`
+
+    @property
+    def value(self) -> tuple[int, ...]:
+        return self.exact.key if self.exact is not None else self.bound
+
+
 class Ranking:
-    """Every node's evaluation for one preemptor signature."""
+    """Every node's standing for one preemptor signature.
 
-    evaluate: NodeEvaluator
-    pre: Preemptor
-    epoch: int
-    position: int  # touch-log position this ranking reflects
-    now: int
-    evals: dict[str, NodeEval] = field(default_factory=dict)
-    ranked: SortedList[tuple[Any, ...]] = field(
-        default_factory=SortedList
-    )  # (0, name) fits; (1, key, name) candidates
-    rejected: SortedList[str] = field(default_factory=SortedList)  # names
-    reasons: dict[str, int] = field(default_factory=dict)
-    expiring: SortedList[tuple[int, str]] = field(default_factory=SortedList)  # (expires, name)
+    Candidates live in a heap of (value, name, stamp) with lazy deletion: a node's
+    entry is current while its stamp is the node's, so a change pushes one entry
+    and leaves the old one to be skipped, in O(log n) C-level work; fitting and
+    rejected nodes, which change far less, are kept by name. A changed node is
+    first only checked for fitting (PENDING); its bound is computed when a
+    decision next needs candidates (`settle`).
+    """
 
-    def _entry(self, ev: NodeEval) -> tuple[Any, ...]:
-        return (0, ev.node) if ev.status == FITS else (1, ev.key, ev.node)
+    def __init__(
+        self,
+        cluster: Cluster,
+        summaries: summary.Summaries,
+        pre: Preemptor,
+        mode: str,
+        kind: str,
+        keep: Keep,
+        now: int,
+    ) -> None:
+        self.cluster = cluster
+        self.summaries = summaries
+        self.pre = pre
+        self.mode = mode
+        self.kind = kind
+        self.keep = keep
+        self.evaluate = evaluator(mode)
+        self.minimal = mode == "minimal"
+        self._filtered: dict[str, tuple[Node, str | None]] = {}
+        self.now = now
+        self.position = cluster.touched_end
+        self.pdb_position = cluster.pdb_touched_end
+        self.state: dict[str, Entry] = {}
+        self.fits: SortedList[str] = SortedList()
+        self.rejected: SortedList[str] = SortedList()
+        self.reasons: dict[str, int] = {}
+        self.candidate_count = 0
+        self.pending: set[str] = set()
+        self.exacts: set[str] = set()  # nodes whose entry holds a full evaluation
+        self.heap: list[tuple[tuple[int, ...], str, int]] = []
+        self.expiring: list[tuple[int, str, int]] = []
+        self._stamp = 0
+        fits, rejected = [], []
+        for name, node in cluster.nodes.items():
+            e = self._check(node)
+            self.state[name] = e
+            if e.tier == FITS:
+                fits.append(name)
+            elif e.tier == REJECTED:
+                rejected.append(name)
+                self.reasons[e.reason] = self.reasons.get(e.reason, 0) + 1
+            else:
+                self.pending.add(name)
+        self.fits.update(fits)
+        self.rejected.update(rejected)
+
+    # ---- one node's entry ------------------------------------------------------------
+
+    def _check(self, state: NodeState) -> Entry:
+        """What a node costs nothing to know: rejected by a filter, fitting, or PENDING."""
+        self._stamp += 1
+        node = state.node
+        held = self._filtered.get(node.name)
+        if held is None or held[0] is not node:
+            # Filters read only the node object, which changes far less often than its pods.
+            held = (node, placement.unresolvable(node, self.pre.pod))
+            self._filtered[node.name] = held
+        if held[1] is not None:
+            return Entry(REJECTED, (), held[1], None, self._stamp, filtered=True)
+        if resources.fits(self.pre.requests, self._free(state)):
+            return Entry(FITS, (), "fits without preemption", None, self._stamp)
+        return Entry(PENDING, (), "", None, self._stamp)
+
+    def _free(self, state: NodeState) -> Resources:
+        if self.cluster.nominated_on(state.node.name):
+            return default.free_for(self.cluster, state, self.pre)
+        return self.summaries.get(self.kind, state, self.keep).free
+
+    def settle(self) -> None:
+        """Compute the bound of every PENDING node: a decision is about to rank candidates."""
+        if not self.pending:
+            return
+        pre, now = self.pre, self.now
+        for name in self.pending:
+            state = self.cluster.nodes[name]
+            s = self.summaries.get(self.kind, state, self.keep)
+            free = self._free(state)
+            b = summary.bound(s, free, pre.requests, pre.priority, now, minimal=self.minimal)
+            e = self.state[name]
+            e.tier, e.bound, e.reason, e.expires = b.tier, b.value, b.reason, b.expires
+            if b.tier == REJECTED:
+                self.rejected.add(name)
+                self.reasons[b.reason] = self.reasons.get(b.reason, 0) + 1
+            else:
+                self.candidate_count += 1
+                self.heap.append((b.value, name, e.stamp))
+            if b.expires is not None:
+                self.expiring.append((b.expires, name, e.stamp))
+        self.pending.clear()
+        heapq.heapify(self.heap)
+        heapq.heapify(self.expiring)
 
     def drop(self, name: str) -> None:
-        ev = self.evals.pop(name, None)
-        if ev is None:
+        e = self.state.pop(name, None)
+        if e is None:
             return
-        if ev.status == REJECTED:
+        self.exacts.discard(name)
+        if e.tier == FITS:
+            self.fits.remove(name)
+        elif e.tier == REJECTED:
             self.rejected.remove(name)
-            left = self.reasons[ev.reason] - 1
+            left = self.reasons[e.reason] - 1
             if left:
-                self.reasons[ev.reason] = left
+                self.reasons[e.reason] = left
             else:
-                del self.reasons[ev.reason]
+                del self.reasons[e.reason]
+        elif e.tier == PENDING:
+            self.pending.discard(name)
         else:
-            self.ranked.remove(self._entry(ev))
-        if ev.expires is not None:
-            self.expiring.remove((ev.expires, name))
+            self.candidate_count -= 1  # its heap entry is stale from now on
 
-    def put(self, ev: NodeEval) -> None:
-        self.evals[ev.node] = ev
-        if ev.status == REJECTED:
-            self.rejected.add(ev.node)
-            self.reasons[ev.reason] = self.reasons.get(ev.reason, 0) + 1
-        else:
-            self.ranked.add(self._entry(ev))
-        if ev.expires is not None:
-            self.expiring.add((ev.expires, ev.node))
-
-    def refresh(self, cluster: Cluster, name: str, now: int) -> None:
+    def refresh(self, name: str) -> None:
+        state = self.cluster.nodes.get(name)
+        e = self.state.get(name)
+        if e is not None and e.filtered and state is not None and self._filtered[name][0] is state.node:
+            return  # its pods changed, but this preemptor can never run there anyway
         self.drop(name)
-        state = cluster.nodes.get(name)
-        if state is not None:
-            self.put(self.evaluate(cluster, state, self.pre, now))
+        if state is None:
+            return
+        e = self._check(state)
+        self.state[name] = e
+        if e.tier == FITS:
+            self.fits.add(name)
+        elif e.tier == REJECTED:
+            self.rejected.add(name)
+            self.reasons[e.reason] = self.reasons.get(e.reason, 0) + 1
+        else:
+            self.pending.add(name)
+
+    def _push(self, e: Entry, name: str) -> None:
+        heapq.heappush(self.heap, (e.value, name, e.stamp))
+
+    def _compact(self) -> None:
+        """Rebuild the heap from the live entries once stale ones far outnumber them."""
+        if len(self.heap) > HEAP_SLACK * (self.candidate_count + 1):
+            self.heap = [(x.value, n, x.stamp) for n, x in self.state.items() if x.tier == CANDIDATE]
+            heapq.heapify(self.heap)
+
+    def demote(self, name: str, pdb: str) -> None:
+        """A PDB changed for pods on this node: an evaluation that read it is stale, its bound is not.
+
+        `pdb` is the budget whose status changed, or "" when membership changed (any
+        evaluation of the node may then read a budget it did not before).
+        """
+        e = self.state.get(name)
+        if e is None or e.exact is None or (pdb and pdb not in e.exact.pdbs):
+            return
+        e.exact = None
+        self.exacts.discard(name)
+        self._stamp += 1
+        e.stamp = self._stamp
+        self._push(e, name)
+
+    def _refine(self, name: str, e: Entry) -> None:
+        state = self.cluster.nodes[name]
+        s = self.summaries.get(self.kind, state, self.keep)
+        pre = self.pre
+        e.bound = summary.refine(
+            s, self._free(state), pre.requests, pre.priority, self.now, e.bound, minimal=self.minimal
+        )
+        e.refined = True
+        self._stamp += 1
+        e.stamp = self._stamp
+        self._push(e, name)
+
+    def exact(self, name: str) -> NodeEval:
+        """The node's full evaluation, computed now if the entry holds only a bound."""
+        e = self.state[name]
+        if e.exact is not None:
+            return e.exact
+        state = self.cluster.nodes[name]
+        ordered = self.summaries.get(self.kind, state, self.keep).pods
+        ev = self.evaluate(self.cluster, state, self.pre, self.now, ordered)
+        if ev.status != CANDIDATE or ev.key < e.bound:
+            # The bound is exact about FITS and REJECTED and below every key: a
+            # disagreement is a bug in `summary.bound`, never a close call.
+            raise AssertionError(f"bound {e.tier}/{e.bound} does not hold for {name}: {ev.status}/{ev.key}")
+        e.exact = ev
+        self.exacts.add(name)
+        self._stamp += 1
+        e.stamp = self._stamp
+        self._push(e, name)
+        return ev
+
+    # ---- catching up -----------------------------------------------------------------
+
+    def catch_up(self, now: int) -> bool:
+        """Replay what changed since this ranking was last used; False when it must be rebuilt."""
+        cluster = self.cluster
+        if now < self.now:
+            return False  # time went backwards (a replay from the start): start over
+        changed = cluster.touched_since(self.position)
+        pdb_changed = cluster.pdb_touched_since(self.pdb_position)
+        if changed is None or pdb_changed is None:
+            return False
+        self.now = now
+        for name in dict.fromkeys(changed):  # each touched node once, in first-touch order
+            self.refresh(name)
+        exact = self.exacts
+        for name, pdb in pdb_changed:
+            if name in exact:  # most PDB changes land on nodes this ranking never evaluated
+                self.demote(name, pdb)
+        while self.expiring and self.expiring[0][0] < now:
+            _, name, _ = heapq.heappop(self.expiring)
+            e = self.state.get(name)
+            if e is not None and e.expires is not None and e.expires < now:
+                self.refresh(name)
+        self.position = cluster.touched_end
+        self.pdb_position = cluster.pdb_touched_end
+        self._compact()
+        return True
+
+    # ---- reading ---------------------------------------------------------------------
+
+    def fitting(self, skip: Iterable[str] = ()) -> str | None:
+        """The first node by name where the preemptor fits without eviction."""
+        skipped = set(skip)
+        return next((name for name in self.fits if name not in skipped), None)
+
+    def top(self, k: int, skip: Iterable[str] = ()) -> list[NodeEval]:
+        """The k best candidates by (key, name), evaluating only nodes whose bound could still win.
+
+        Entries come off the heap smallest first; a bound is replaced by its node's
+        exact key (never smaller) and pushed back, so when k exact entries have come
+        off, no entry left can be smaller than the k-th.
+        """
+        self.settle()
+        skipped = set(skip)
+        out: list[NodeEval] = []
+        kept: list[tuple[tuple[int, ...], str, int]] = []
+        heap = self.heap  # not rebuilt while reading: `_compact` runs only in `catch_up`
+        while len(out) < k and heap:
+            item = heapq.heappop(heap)
+            _, name, stamp = item
+            e = self.state.get(name)
+            if e is None or e.stamp != stamp or e.tier != CANDIDATE:
+                continue  # stale: superseded by a later entry for this node
+            if name in skipped:
+                kept.append(item)
+                continue
+            if e.exact is None:
+                if not e.refined:
+                    self._refine(name, e)  # pushes the tighter bound; this entry is gone
+                else:
+                    self.exact(name)  # pushes the exact entry; this bound entry is gone
+                continue
+            kept.append(item)
+            out.append(e.exact)
+        for item in kept:
+            heapq.heappush(heap, item)
+        return out
+
+    def reason(self, name: str) -> str:
+        return self.state[name].reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,105 +379,117 @@ class Index:
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self.summaries = summary.Summaries(cluster)
         self._rankings: dict[Hashable, Ranking] = {}
 
-    def _evaluator(self, mode: str) -> NodeEvaluator:
-        return minimal.evaluate_node if mode == "minimal" else default.evaluate_node
-
-    def ranking(self, pre: Preemptor, now: int, mode: str) -> Ranking:
+    def ranking(self, pre: Preemptor, now: int, mode: str, kind: str = ALL, keep: Keep = None) -> Ranking:
         cluster = self.cluster
-        sig = signature(pre, mode)
+        sig = signature(pre, mode, kind)
         # Rankings are shared by every pod of a signature, so they are computed for
         # an anonymous pod: no real pod's own nomination is excluded from its node.
         pre = Preemptor(dataclasses.replace(pre.pod, uid=ANONYMOUS), pre.priority, pre.requests)
         r = self._rankings.pop(sig, None)
-        if r is not None and (r.epoch != cluster.epoch or now < r.now):
-            r = None  # cluster-wide inputs changed, or time went backwards: start over
-        changed = None if r is None else cluster.touched_since(r.position)
-        if r is None or changed is None:
-            r = Ranking(self._evaluator(mode), pre, cluster.epoch, cluster.touched_end, now)
-            for name in cluster.nodes:
-                r.put(r.evaluate(cluster, cluster.nodes[name], pre, now))
-        else:
-            r.pre = pre
-            for name in dict.fromkeys(changed):  # each touched node once, in first-touch order
-                r.refresh(cluster, name, now)
-            while r.expiring and r.expiring[0][0] < now:
-                r.refresh(cluster, r.expiring[0][1], now)
-            r.position = cluster.touched_end
-            r.now = now
+        if r is None or not r.catch_up(now):
+            r = Ranking(cluster, self.summaries, pre, mode, kind, keep, now)
+        r.pre = pre
         self._rankings[sig] = r  # most recently used last
         while len(self._rankings) > MAX_RANKINGS:
             del self._rankings[next(iter(self._rankings))]
         if len(cluster.touched) > TOUCH_LOG_TRIM:
             cluster.trim_touched(min(x.position for x in self._rankings.values()))
+        if len(cluster.pdb_touched) > TOUCH_LOG_TRIM:
+            cluster.trim_pdb_touched(min(x.pdb_position for x in self._rankings.values()))
         return r
 
     def scan(self, pre: Preemptor, now: int, mode: str) -> Scan:
         r = self.ranking(pre, now, mode)
+        cluster = self.cluster
         own: NodeEval | None = None
         nominated = pre.pod.nominated
-        if nominated is not None and nominated in self.cluster.nodes:
+        if nominated is not None and nominated in cluster.nodes:
             # The preemptor's own nomination is excluded from its node's promised
             # capacity, which the shared ranking (keyed by signature) cannot know.
-            own = r.evaluate(self.cluster, self.cluster.nodes[nominated], pre, now)
-        fitting = None
+            own = evaluator(mode)(cluster, cluster.nodes[nominated], pre, now)
+        skip = (own.node,) if own is not None else ()
         if own is not None and own.status == FITS:
-            fitting = own.node
-        elif r.ranked and r.ranked[0][0] == 0:
-            fitting = r.ranked[0][1]
-            if own is not None and fitting == own.node:
-                fitting = next((e[1] for e in r.ranked if e[0] == 0 and e[1] != own.node), None)
-        top = self._top(r, own)
-        best = top[0] if top else None
-        return Scan(fitting, best, self._explain(r, own, top))
-
-    def _top(self, r: Ranking, own: NodeEval | None) -> list[NodeEval]:
-        """The best EXPLAIN_CANDIDATES candidates, with the preemptor's own node re-ranked."""
-        out: list[NodeEval] = []
-        for entry in r.ranked.irange((1,)):
-            ev = r.evals[entry[-1]]
-            if own is not None and ev.node == own.node:
-                continue
-            out.append(ev)
-            if len(out) > EXPLAIN_CANDIDATES:
-                break
+            fitting: str | None = own.node
+        else:
+            fitting = r.fitting(skip)
+        if fitting is not None:
+            # Nobody is evicted: no node needs ranking, and none is ranked (FITS_EXPLANATION).
+            return Scan(fitting, None, dict(FITS_EXPLANATION))
+        top = r.top(EXPLAIN_CANDIDATES, skip)
         if own is not None and own.status == CANDIDATE:
-            out.append(own)
-        out.sort(key=lambda e: (e.key, e.node))
-        return out[:EXPLAIN_CANDIDATES]
+            top = sorted([*top, own], key=lambda e: (e.key, e.node))[:EXPLAIN_CANDIDATES]
+        return Scan(None, top[0] if top else None, explain(r, own, top, cluster))
 
-    def _explain(self, r: Ranking, own: NodeEval | None, top: list[NodeEval]) -> dict[str, Any]:
-        rejected_names = list(r.rejected.islice(0, EXPLAIN_REJECTED + 1))
-        reasons = dict(r.reasons)
-        rejected_count = len(r.rejected)
-        candidate_count = len(r.ranked) - r.ranked.bisect_left((1,))
-        if own is not None:
-            # Swap the shared view of the nominated node for its own evaluation.
-            shared = r.evals.get(own.node)
-            if shared is not None:
-                if shared.status == REJECTED:
-                    rejected_count -= 1
-                    reasons[shared.reason] -= 1
-                    if own.node in rejected_names:
-                        rejected_names.remove(own.node)
-                elif shared.status == CANDIDATE:
-                    candidate_count -= 1
-            if own.status == REJECTED:
-                rejected_count += 1
-                reasons[own.reason] = reasons.get(own.reason, 0) + 1
-                rejected_names = sorted({*rejected_names, own.node})
-            elif own.status == CANDIDATE:
-                candidate_count += 1
-        rows = []
-        for name in rejected_names[:EXPLAIN_REJECTED]:
-            ev = own if own is not None and own.node == name else r.evals[name]
-            rows.append({"node": name, "reason": ev.reason})
-        return {
-            "flow": "default",
-            "candidates": [default.criteria(e, self.cluster) for e in top],
-            "candidateCount": candidate_count,
-            "rejected": rows,
-            "rejectedCount": rejected_count,
-            "rejectedReasons": {k: v for k, v in sorted(reasons.items()) if v > 0},
-        }
+
+def explain(r: Ranking, own: NodeEval | None, top: Sequence[NodeEval], cluster: Cluster) -> dict[str, Any]:
+    """The default flow's explanation: the best candidates with their criteria, and the counts.
+
+    Every figure is a function of the cluster and the preemptor alone (never of
+    which nodes a cache happened to evaluate), so replays reproduce it.
+    """
+    rejected_names = list(r.rejected.islice(0, EXPLAIN_REJECTED + 1))
+    reasons = dict(r.reasons)
+    rejected_count = len(r.rejected)
+    candidate_count = r.candidate_count
+    if own is not None:
+        # Swap the shared view of the nominated node for its own evaluation.
+        shared = r.state.get(own.node)
+        if shared is not None:
+            if shared.tier == REJECTED:
+                rejected_count -= 1
+                reasons[shared.reason] -= 1
+                if own.node in rejected_names:
+                    rejected_names.remove(own.node)
+            elif shared.tier == CANDIDATE:
+                candidate_count -= 1
+        if own.status == REJECTED:
+            rejected_count += 1
+            reasons[own.reason] = reasons.get(own.reason, 0) + 1
+            rejected_names = sorted({*rejected_names, own.node})
+        elif own.status == CANDIDATE:
+            candidate_count += 1
+    rows = []
+    for name in rejected_names[:EXPLAIN_REJECTED]:
+        reason = own.reason if own is not None and own.node == name else r.reason(name)
+        rows.append({"node": name, "reason": reason})
+    return {
+        "flow": "default",
+        "candidates": [default.criteria(e, cluster) for e in top],
+        "candidateCount": candidate_count,
+        "rejected": rows,
+        "rejectedCount": rejected_count,
+        "rejectedReasons": {k: v for k, v in sorted(reasons.items()) if v > 0},
+    }
+
+
+def full_scan(cluster: Cluster, pre: Preemptor, now: int, mode: str) -> Scan:
+    """The specification `Index.scan` must equal: every node evaluated in full, no bounds, no cache."""
+    evaluate = evaluator(mode)
+    evals = [evaluate(cluster, cluster.nodes[name], pre, now) for name in sorted(cluster.nodes)]
+    by_node = {e.node: e for e in evals}
+    nominated = pre.pod.nominated
+    fitting = None
+    if nominated is not None and nominated in by_node and by_node[nominated].status == FITS:
+        fitting = nominated
+    else:
+        fitting = next((e.node for e in evals if e.status == FITS), None)
+    if fitting is not None:
+        return Scan(fitting, None, dict(FITS_EXPLANATION))
+    candidates = sorted((e for e in evals if e.status == CANDIDATE), key=lambda e: (e.key, e.node))
+    top = candidates[:EXPLAIN_CANDIDATES]
+    rejected = [e for e in evals if e.status == REJECTED]
+    reasons: dict[str, int] = {}
+    for e in rejected:
+        reasons[e.reason] = reasons.get(e.reason, 0) + 1
+    explanation = {
+        "flow": "default",
+        "candidates": [default.criteria(e, cluster) for e in top],
+        "candidateCount": len(candidates),
+        "rejected": [{"node": e.node, "reason": e.reason} for e in rejected[:EXPLAIN_REJECTED]],
+        "rejectedCount": len(rejected),
+        "rejectedReasons": dict(sorted(reasons.items())),
+    }
+    return Scan(None, top[0] if top else None, explanation)
