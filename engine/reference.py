@@ -9,6 +9,7 @@ PDB budgets per node. Keep it obvious rather than fast.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 from engine import placement, toleration
@@ -154,3 +155,340 @@ def decide(cluster: Cluster, pod: Pod, now: int) -> dict[str, Any]:
     results.sort(key=lambda r: r[0])
     _, name, victims = results[0]
     return {"outcome": "preempt", "node": name, "victims": sorted(v.key for v in victims)}
+
+
+# ---- the job flow, literally (docs/semantics.md §5) ---------------------------------------
+
+_GROUP = "pod-group.scheduling.sigs.k8s.io"
+_QUOTA = "quota.scheduling.koordinator.sh/name"
+_PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
+_CAN_PREEMPT = "quota.scheduling.koordinator.sh/can-preempt"
+_SOFT = "scheduling.koordinator.sh/soft-eviction"
+
+
+def _flag(value: str | None) -> bool | None:
+    return None if value is None else value.strip().lower() == "true"
+
+
+def _bound(cluster: Cluster) -> list[Pod]:
+    return [p for p in cluster.pods.values() if p.node is not None and not p.terminal]
+
+
+def _quota_of(cluster: Cluster, pod: Pod) -> Any:
+    quotas = sorted(cluster.quotas.values(), key=lambda q: (q.namespace, q.name, q.uid))
+    name = pod.labels.get(_QUOTA) or ""
+    named = [q for q in quotas if q.name == name]
+    if named:
+        return next((q for q in named if q.namespace == pod.namespace), named[0])
+    return next((q for q in quotas if q.namespace == pod.namespace), None)
+
+
+def _preemptible(pod: Pod, config: Any) -> bool:
+    label = _flag(pod.labels.get(_PREEMPTIBLE))
+    return (not config.quota.disable_default_preemptible) if label is None else label
+
+
+def _admits(cluster: Cluster, quota: Any, members: list[Pod], config: Any, gone: list[Pod]) -> bool:
+    """The seed's formulas for one quota, with `gone` (victims) no longer using it."""
+    charged = [p for p in _bound(cluster) if _quota_of(cluster, p) is quota and p not in gone]
+    mine = [m for m in members if _quota_of(cluster, m) is quota]
+    np_members = [m for m in mine if not _preemptible(m, config)]
+    p_members = [m for m in mine if _preemptible(m, config)]
+    np_charged = [p for p in cluster.pods.values() if p.node is not None and not p.terminal]
+    np_charged = [p for p in np_charged if _quota_of(cluster, p) is quota and not _preemptible(p, config)]
+    for r in sorted(set(quota.min) | set(quota.max)):
+        lo = quota.min.get(r, 0)
+        used = sum(p.requests.get(r, 0) for p in charged)
+        np_used = sum(p.requests.get(r, 0) for p in np_charged)
+        np_req = sum(m.requests.get(r, 0) for m in np_members)
+        p_req = sum(m.requests.get(r, 0) for m in p_members)
+        if np_members:
+            if np_used + np_req > lo:
+                return False
+            if r in quota.max and used + np_req + p_req > quota.max[r]:
+                return False
+        if (
+            p_members
+            and r in quota.max
+            and min(lo, np_used + np_req) + (used - np_used) + p_req > quota.max[r]
+        ):
+            return False
+    return True
+
+
+def decide_job(cluster: Cluster, pods: list[Pod], now: int, config: Any) -> dict[str, Any]:
+    """The job flow's answer as {outcome, node or placements, victims: sorted keys}, kubernetes mode."""
+    members = {p.uid: p for p in pods}
+    if len(pods) == 1 and pods[0].labels.get(_GROUP):
+        for p in cluster.pods.values():
+            pending = p.node is None and not p.terminal and not p.deleting
+            if (
+                pending
+                and p.namespace == pods[0].namespace
+                and p.labels.get(_GROUP) == pods[0].labels[_GROUP]
+            ):
+                members.setdefault(p.uid, p)
+    gang = sorted(members.values(), key=lambda p: (p.namespace, p.name, p.uid))
+    uids = {m.uid for m in gang}
+    group, ns = gang[0].labels.get(_GROUP), gang[0].namespace
+    prio = min(_prio(cluster, m) for m in gang)
+    quotas = []
+    for m in gang:
+        q = _quota_of(cluster, m)
+        if q is not None and q not in quotas:
+            quotas.append(q)
+    nothing: dict[str, Any] = {"node": None, "victims": []}
+    if not all(_admits(cluster, q, gang, config, []) for q in quotas):
+        return {"outcome": "unschedulable", **nothing}
+
+    def eligible(p: Pod) -> bool:
+        return (
+            p.uid not in uids
+            and not (group and p.namespace == ns and p.labels.get(_GROUP) == group)
+            and _prio(cluster, p) < prio
+            and _preemptible(p, config)
+            and not _tolerates(cluster, p, prio, now)
+        )
+
+    placed: dict[str, str] = {}  # member uid -> node
+    committed: list[Pod] = []
+    unplaced = False
+    for m in gang:
+        fits_on: list[str] = []
+        ranked: list[tuple[Any, str, list[Pod]]] = []
+        for name in sorted(cluster.nodes):
+            node = cluster.nodes[name].node
+            if placement.unresolvable(node, m) is not None:
+                continue
+            here = [p for p in _bound(cluster) if p.node == name and p not in committed]
+            here += [g for g in gang if placed.get(g.uid) == name]
+            promised = [
+                p
+                for p in cluster.pods.values()
+                if p.node is None
+                and not p.terminal
+                and p.nominated == name
+                and p.uid not in uids
+                and _prio(cluster, p) >= prio
+            ]
+            if _fits(m.requests, node.allocatable, here + promised):
+                fits_on.append(name)
+                continue
+            potential = [p for p in here if p.uid not in placed and eligible(p)]
+            rest = [p for p in here if p not in potential]
+            if not _fits(m.requests, node.allocatable, rest + promised):
+                continue
+            potential.sort(key=lambda p: _more_important(cluster, p))
+            flagged = _classify(cluster, potential)
+            victims: list[Pod] = []
+            for group_of in (
+                [p for p in potential if p in flagged],
+                [p for p in potential if p not in flagged],
+            ):
+                for p in group_of:
+                    rest.append(p)
+                    if not _fits(m.requests, node.allocatable, rest + promised):
+                        rest.remove(p)
+                        victims.append(p)
+            ranked.append((_key(cluster, victims, name), name, victims))
+        if fits_on:
+            placed[m.uid] = fits_on[0]
+        elif ranked:
+            _, name, victims = min(ranked)
+            placed[m.uid] = name
+            committed += [v for v in victims if v not in committed]
+        else:
+            unplaced = True
+            break
+    where = {m.key: placed[m.uid] for m in gang if m.uid in placed}
+    if not unplaced and not committed:
+        return {"outcome": "fits", **_where(gang, where), "victims": []}
+    for m in gang:
+        policy = m.preemption_policy or (
+            cluster.priority_classes[m.priority_class].preemption_policy
+            if m.priority_class in cluster.priority_classes
+            else "PreemptLowerPriority"
+        )
+        if policy == "Never":
+            return {"outcome": "unschedulable", **nothing}
+        if not _flag(m.labels.get(_CAN_PREEMPT)) and (
+            policy != "PreemptLowerPriority" or config.quota.disable_default_trigger_preemption
+        ):
+            return {"outcome": "unschedulable", **nothing}
+    for m in gang:
+        held = cluster.pods.get(m.uid, m)
+        node_name = held.nominated if held.node is None else None
+        if node_name and node_name in cluster.nodes:
+            for p in _bound(cluster):
+                if (
+                    p.node == node_name
+                    and _prio(cluster, p) < prio
+                    and (p.deleting or _flag(p.labels.get(_SOFT)))
+                ):
+                    return {"outcome": "wait", **nothing}
+    if unplaced:
+        return {"outcome": "unschedulable", **nothing}
+    victims = []
+    for name in sorted(set(placed.values())):
+        node = cluster.nodes[name].node
+        need = [m for m in gang if placed[m.uid] == name]
+        promised = [
+            p
+            for p in cluster.pods.values()
+            if p.node is None
+            and not p.terminal
+            and p.nominated == name
+            and p.uid not in uids
+            and _prio(cluster, p) >= prio
+        ]
+        here = [p for p in _bound(cluster) if p.node == name]
+        pool = sorted((p for p in here if eligible(p)), key=lambda p: _more_important(cluster, p))
+        kept = [p for p in here if p not in pool]
+        for p in pool:
+            kept.append(p)
+            q = _quota_of(cluster, p)
+            ok = all(
+                _fits(m.requests, node.allocatable, kept + promised + [x for x in need if x is not m])
+                for m in need
+            )
+            if ok and (q is None or q not in quotas or _admits(cluster, q, gang, config, victims)):
+                continue
+            kept.remove(p)
+            victims.append(p)
+    return {"outcome": "preempt", **_where(gang, where), "victims": sorted(v.key for v in victims)}
+
+
+def _where(gang: list[Pod], where: dict[str, str]) -> dict[str, Any]:
+    if len(gang) == 1:
+        return {"node": where.get(gang[0].key)}
+    return {"placements": dict(sorted(where.items()))}
+
+
+def _classify(cluster: Cluster, potential: list[Pod]) -> list[Pod]:
+    """The PDB-violating pods among `potential` (importance order): upstream's classification."""
+    budgets: dict[str, int] = {}
+    flagged = []
+    for p in potential:
+        for pdb in sorted(cluster.pdbs.values(), key=lambda b: b.uid):
+            if pdb.namespace != p.namespace or pdb.selector is None or pdb.selector.empty:
+                continue
+            if not pdb.selector.matches(p.labels) or p.name in pdb.disrupted:
+                continue
+            budgets[pdb.uid] = budgets.get(pdb.uid, pdb.disruptions_allowed) - 1
+            if budgets[pdb.uid] < 0 and p not in flagged:
+                flagged.append(p)
+    return flagged
+
+
+def _key(cluster: Cluster, victims: list[Pod], name: str) -> tuple[int, ...]:
+    prios = [_prio(cluster, v) for v in victims]
+    highest = max(prios)
+    earliest = min(v.start for v in victims if _prio(cluster, v) == highest)
+    return (violations_of(cluster, victims), highest, sum(p + SHIFT for p in prios), len(victims), -earliest)
+
+
+# ---- the DaemonSet flow, literally (docs/semantics.md §6) -------------------------------------
+
+
+def decide_daemonset(cluster: Cluster, pod: Pod, now: int, config: Any) -> dict[str, Any]:
+    """The DaemonSet flow's answer as {outcome, node, victims: sorted keys}."""
+    nothing: dict[str, Any] = {"node": None, "victims": []}
+    name = placement.required_node(pod)
+    if not name or name not in cluster.nodes:
+        return {"outcome": "unschedulable", **nothing}
+    node = cluster.nodes[name].node
+    if placement.unresolvable(node, pod) is not None:
+        return {"outcome": "unschedulable", **nothing}
+    prio = _prio(cluster, pod)
+    here = [p for p in _bound(cluster) if p.node == name and p.uid != pod.uid]
+    promised = [
+        p
+        for p in cluster.pods.values()
+        if p.node is None
+        and not p.terminal
+        and p.nominated == name
+        and p.uid != pod.uid
+        and _prio(cluster, p) >= prio
+    ]
+    if _fits(pod.requests, node.allocatable, here + promised):
+        return {"outcome": "fits", "node": name, "victims": []}
+    policy = pod.preemption_policy or (
+        cluster.priority_classes[pod.priority_class].preemption_policy
+        if pod.priority_class in cluster.priority_classes
+        else "PreemptLowerPriority"
+    )
+    if policy == "Never":
+        return {"outcome": "unschedulable", **nothing}
+    settings = config.daemonset
+    since = pod.unschedulable_since if pod.unschedulable_since is not None else pod.created
+    delay = settings.preemption_start_delay_seconds * 1_000_000
+    if delay > 0 and (since is None or now - since < delay):
+        return {"outcome": "wait", **nothing}
+    if pod.nominated == name:
+        for p in here:
+            if p.deleting and p.disruption_target and not p.daemonset and _prio(cluster, p) <= prio:
+                return {"outcome": "wait", **nothing}
+
+    def klass(p: Pod) -> int:
+        if any(
+            (src.get("yunikorn.apache.org/allow-preemption") or "").strip().lower() == "false"
+            for src in (p.labels, p.annotations)
+        ):
+            return 2
+        owned = any(o.uid == p.uid for q in cluster.pods.values() if q.uid != p.uid for o in q.owners)
+        return 1 if owned else 0
+
+    def size(p: Pod) -> Fraction:
+        return sum(
+            (
+                Fraction(p.requests.get(r, 0), node.allocatable[r])
+                for r, v in pod.requests.items()
+                if r != "pods" and v > 0 and node.allocatable.get(r, 0) > 0
+            ),
+            Fraction(0),
+        )
+
+    candidates = [
+        p
+        for p in here
+        if not p.daemonset
+        and not (p.deleting or _flag(p.labels.get(_SOFT)))
+        and _prio(cluster, p) <= prio
+        and not _tolerates(cluster, p, prio, now)
+    ]
+    candidates.sort(
+        key=lambda p: (
+            klass(p),
+            _prio(cluster, p),
+            -(p.created if p.created is not None else p.start),
+            -size(p),
+            p.uid,
+        )
+    )
+    rest = [p for p in here if p not in candidates]
+    for strategy in settings.victim_selection_strategy:
+        if strategy == "single":
+            best = None
+            for i, p in enumerate(candidates):
+                if any(pod.requests.get(r, 0) <= 0 for r in p.requests):
+                    continue
+                dev = max(Fraction(abs(a - pod.requests[r]), pod.requests[r]) for r, a in p.requests.items())
+                others = [q for q in candidates if q is not p]
+                if (
+                    dev * 100 <= settings.single_victim_deviation_percent
+                    and _fits(pod.requests, node.allocatable, rest + others + promised)
+                    and (best is None or (dev, i) < best[:2])
+                ):
+                    best = (dev, i, p)
+            if best is not None:
+                return {"outcome": "preempt", "node": name, "victims": [best[2].key]}
+        else:
+            chosen: list[Pod] = []
+            for p in candidates:
+                if len(chosen) == settings.max_victims:
+                    break
+                chosen.append(p)
+                left = [q for q in candidates if q not in chosen]
+                if _fits(pod.requests, node.allocatable, rest + left + promised):
+                    return {"outcome": "preempt", "node": name, "victims": sorted(v.key for v in chosen)}
+    return {"outcome": "unschedulable", **nothing}

@@ -1,0 +1,244 @@
+"""Hypothesis strategies for a small mixed cluster and the churn a live cluster puts it through.
+
+The cluster mixes what the engine's caches depend on: several node sizes, zones,
+a taint and a cordon; pods of several priorities, QoS classes, namespaces and
+start times; PriorityClasses with toleration windows; PDBs with overlapping
+selectors, disruptedPods and budgets of 0-2; ElasticQuotas with preemptible and
+non-preemptible pods; pod groups, owner references, DaemonSet pods, nominated,
+terminating and soft-evicted pods. The churn is a sequence of watch events
+applied with `Cluster.apply` (resourceVersions and all), as the worker folds
+them: pods bound, deleted, terminating, nominated, status-only updates; PDB
+status and selector changes, PDBs created and deleted; a toleration policy
+changed; quotas resized; nodes cordoned and resized; time passing through
+toleration windows.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import strategies as st
+
+from tests import flowgen, gen
+
+NAMESPACES = ("default", "team-a", "team-b")
+APPS = ("web", "db", "batch")
+PRIORITIES = (0, 10, 100, 1000)
+STARTS = ("2025-12-31T20:00:00Z", "2025-12-31T22:00:00Z", "2025-12-31T23:30:00Z", "2025-12-31T23:59:00Z")
+TOLERANT = "tolerant"  # class value 10: tolerates preemptors below 1000 for an hour
+
+
+def tolerant_class(seconds: int = 3600) -> dict[str, Any]:
+    prefix = "preemption-toleration.scheduling.x-k8s.io/"
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {
+            "name": TOLERANT,
+            "uid": f"{TOLERANT}-uid",
+            "annotations": {
+                prefix + "minimum-preemptable-priority": "1000",
+                prefix + "toleration-seconds": str(seconds),
+            },
+        },
+        "value": 10,
+    }
+
+
+def pdb(
+    name: str, namespace: str, labels: dict[str, str], allowed: int, disrupted: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"disruptionsAllowed": allowed}
+    if disrupted:
+        status["disruptedPods"] = {p: "2025-12-31T23:59:00Z" for p in disrupted}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"{namespace}-{name}-pdb"},
+        "spec": {"selector": {"matchLabels": labels}},
+        "status": status,
+    }
+
+
+@st.composite
+def bound_pod(draw: st.DrawFn, name: str, nodes: list[str]) -> dict[str, Any]:
+    namespace = draw(st.sampled_from(NAMESPACES))
+    prio = draw(st.sampled_from(PRIORITIES))
+    labels = {"app": draw(st.sampled_from(APPS))}
+    if draw(st.integers(0, 2)) == 0:
+        labels["tier"] = "front"  # a second PDB covers these: overlapping budgets
+    deleting = draw(st.integers(0, 9)) == 0
+    obj = flowgen.jpod(
+        name,
+        namespace=namespace,
+        node=draw(st.sampled_from(nodes)),
+        priority=prio,
+        cpu_m=draw(st.sampled_from((250, 500, 1000, 1000, 1500))),
+        mem_gi=draw(st.sampled_from((0, 1, 2))),
+        start=draw(st.sampled_from(STARTS)),
+        labels=labels,
+        preemptible=draw(st.sampled_from((None, "true", "false"))) if namespace != "default" else None,
+        group="g-bound" if namespace == "team-a" and draw(st.integers(0, 4)) == 0 else None,
+        soft_evicted=draw(st.integers(0, 11)) == 0,
+        deleting=deleting,
+        disruption=deleting and draw(st.booleans()),
+        priority_class=TOLERANT if prio == 10 and draw(st.booleans()) else None,
+        guaranteed=draw(st.booleans()),
+    )
+    if draw(st.integers(0, 6)) == 0:
+        obj["metadata"]["ownerReferences"] = [flowgen.daemonset_owner("agent")]
+    obj["metadata"]["creationTimestamp"] = obj["status"].get("startTime", STARTS[0])
+    return obj
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> dict[str, Any]:
+    """{objects, now}: a small mixed cluster (no preemptor: the tests bring their own)."""
+    names = [f"n{i}" for i in range(1, draw(st.integers(2, 5)) + 1)]
+    objects: list[dict[str, Any]] = [tolerant_class()]
+    for i, name in enumerate(names):
+        objects.append(
+            gen.node(
+                name,
+                draw(st.sampled_from((2, 3, 4))),
+                draw(st.sampled_from((4, 16))),
+                draw(st.sampled_from((4, 110))),
+                taint=i == 0 and draw(st.booleans()),
+                cordon=draw(st.integers(0, 9)) == 0,
+            )
+        )
+    pods = [draw(bound_pod(f"p{i}", names)) for i in range(draw(st.integers(len(names), 18)))]
+    objects += pods
+    for i in range(draw(st.integers(0, 2))):
+        objects.append(
+            gen.pod(
+                f"nom{i}",
+                node=None,
+                priority=draw(st.sampled_from((100, 1000, 5000))),
+                cpu_m=500,
+                nominated=draw(st.sampled_from(names)),
+            )
+        )
+    for namespace in NAMESPACES:
+        for app in draw(st.lists(st.sampled_from(APPS), unique=True, max_size=2)):
+            disrupted = (
+                (draw(st.sampled_from([p["metadata"]["name"] for p in pods])),)
+                if draw(st.integers(0, 3)) == 0
+                else ()
+            )
+            objects.append(pdb(f"pdb-{app}", namespace, {"app": app}, draw(st.integers(0, 2)), disrupted))
+    if draw(st.booleans()):
+        objects.append(pdb("pdb-front", "default", {"tier": "front"}, draw(st.integers(0, 1))))
+    for team in ("team-a", "team-b"):
+        if draw(st.booleans()):
+            lo = draw(st.sampled_from((2, 4, 8)))
+            objects.append(
+                flowgen.quota(f"q-{team}", team, min_cpu=lo, max_cpu=lo + draw(st.sampled_from((4, 8, 16))))
+            )
+    for n, obj in enumerate(objects):
+        obj["metadata"]["resourceVersion"] = str(n + 1)
+    return {"objects": objects, "now": gen.NOW}
+
+
+@st.composite
+def changes(draw: st.DrawFn, base: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None, int]]:
+    """A sequence of (watch event type, object, seconds of log time passing first); a TICK has no object."""
+    objects = {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")): o for o in base["objects"]}
+    names = sorted(o["metadata"]["name"] for o in base["objects"] if o["kind"] == "Node")
+    rv = len(base["objects"]) + 100
+    out: list[tuple[str, dict[str, Any] | None, int]] = []
+
+    def event(kind: str, obj: dict[str, Any]) -> None:
+        nonlocal rv
+        rv += 1
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = str(rv)
+        if kind != "DELETED":
+            objects[(obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace"))] = obj
+        else:
+            objects.pop((obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace")), None)
+        out.append((kind, obj, advance))
+
+    for i in range(draw(st.integers(1, 8))):
+        advance = draw(st.sampled_from((0, 0, 0, 1800, 4000)))
+        what = draw(
+            st.sampled_from(
+                (
+                    "bind",
+                    "bind",
+                    "delete",
+                    "terminate",
+                    "nominate",
+                    "heartbeat",
+                    "pdb-status",
+                    "pdb-status",
+                    "pdb-selector",
+                    "pdb-new",
+                    "pdb-delete",
+                    "policy",
+                    "quota",
+                    "cordon",
+                    "resize",
+                    "tick",
+                )
+            )
+        )
+        pods = sorted((k for k, o in objects.items() if k[0] == "Pod" and o["spec"].get("nodeName")), key=str)
+        pdbs = sorted((k for k in objects if k[0] == "PodDisruptionBudget"), key=str)
+        if what == "bind":
+            event("ADDED", draw(bound_pod(f"x{i}", names)))
+        elif what in ("delete", "terminate", "heartbeat") and pods:
+            obj = copy.deepcopy(objects[draw(st.sampled_from(pods))])
+            if what == "terminate":
+                obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                obj["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True"})
+            event("DELETED" if what == "delete" else "MODIFIED", obj)
+        elif what == "nominate":
+            event(
+                "ADDED",
+                gen.pod(
+                    f"x{i}",
+                    node=None,
+                    priority=draw(st.sampled_from((100, 1000, 5000))),
+                    cpu_m=draw(st.sampled_from((500, 1000))),
+                    nominated=draw(st.sampled_from(names)),
+                ),
+            )
+        elif what in ("pdb-status", "pdb-selector", "pdb-delete") and pdbs:
+            obj = copy.deepcopy(objects[draw(st.sampled_from(pdbs))])
+            if what == "pdb-status":
+                obj["status"]["disruptionsAllowed"] = draw(st.integers(0, 2))
+            elif what == "pdb-selector":
+                obj["spec"]["selector"] = {"matchLabels": {"app": draw(st.sampled_from(APPS))}}
+            event("DELETED" if what == "pdb-delete" else "MODIFIED", obj)
+        elif what == "pdb-new":
+            event(
+                "ADDED",
+                pdb(
+                    f"pdb-new{i}",
+                    draw(st.sampled_from(NAMESPACES)),
+                    {"app": draw(st.sampled_from(APPS))},
+                    draw(st.integers(0, 1)),
+                ),
+            )
+        elif what == "policy":
+            event("MODIFIED", tolerant_class(draw(st.sampled_from((0, 600, 3600, -1)))))
+        elif what == "quota":
+            team = draw(st.sampled_from(("team-a", "team-b")))
+            lo = draw(st.sampled_from((0, 2, 8)))
+            event(
+                "ADDED",
+                flowgen.quota(f"q-{team}", team, min_cpu=lo, max_cpu=lo + draw(st.sampled_from((2, 16)))),
+            )
+        elif what in ("cordon", "resize"):
+            name = draw(st.sampled_from(names))
+            obj = copy.deepcopy(objects[("Node", name, None)])
+            if what == "cordon":
+                obj["spec"]["unschedulable"] = not obj["spec"].get("unschedulable")
+            else:
+                obj["status"]["allocatable"]["cpu"] = str(draw(st.sampled_from((2, 3, 4))))
+            event("MODIFIED", obj)
+        else:
+            out.append(("TICK", None, advance))
+    return out
