@@ -1,13 +1,23 @@
 """`preemptctl bench engine`: decisions per second at cluster scale, against the reference.
 
-Builds a scheduler_perf-shaped cluster, then decides K preemptors one after the
-other with one long-lived Index, applying each decision to the cluster before
-the next one (victims terminating, preemptor nominated), as the worker does.
-In the `async` shape, decisions complete five decisions later (victims deleted,
-preemptor bound), so the index also absorbs the cluster's own churn. The
-literal reference (engine.reference) decides the first few preemptors on the
-same states in the same run; the answers must agree and the speed ratio is
-reported.
+Two workloads:
+- `uniform` (default): scheduler_perf's PreemptionBasic/Async shape: one node
+  shape, one pod shape, no PDBs. K preemptors decided one after the other with
+  one long-lived Index, each decision applied before the next (victims
+  terminating, preemptor nominated); in the `async` shape decisions complete five
+  decisions later (victims deleted, preemptor bound).
+- `mixed`: a real cluster's shape (streams.sim.mixed): nodes of several sizes,
+  30-40 pods per node from hundreds of workload shapes, 8 priority classes, 20
+  namespaces, PDBs on a third of the workloads, 60 preemptor shapes; with
+  `--churn`, the watch events a live cluster produces between decisions (PDB
+  status updates, pods created and deleted, quota status updates) are folded in
+  with `Cluster.apply`, as the worker does. `--flow job` decides gangs of 8 under
+  ElasticQuotas, `--flow daemonset` DaemonSet pods pinned to full nodes.
+
+The literal reference (engine.reference) decides some of the same questions on
+the same states in the same run; the answers must agree, and the speed ratio is
+reported. `cold_ms_*` are the decisions whose preemptor shape had not been
+decided before in the run.
 """
 
 from __future__ import annotations
@@ -27,11 +37,11 @@ from engine import cluster as cluster_mod
 from engine import flows, objects, reference, timeutil
 from engine.cluster import Cluster
 from engine.config import Config
-from engine.decision import PREEMPT, Decision
+from engine.decision import FITS, PREEMPT, Decision
 from engine.index import Index
 from engine.objects import Pod
 from streams.bench import machine
-from streams.sim import workloads
+from streams.sim import mixed, workloads
 
 # Decisions the reference makes in a run: it needs ~0.1-1 s each at 5,000 nodes.
 DEFAULT_REFERENCE_DECISIONS = 5
@@ -101,6 +111,7 @@ def run(
     engine_rate = len(latencies) / total
     result: dict[str, Any] = {
         "benchmark": "engine",
+        "workload": "uniform",
         "shape": shape,
         "victimSelection": mode,
         "nodes": nodes,
@@ -125,20 +136,206 @@ def run(
     return result
 
 
+def _answer(d: Decision) -> dict[str, Any]:
+    """What the reference answers: outcome, node or placements, victims."""
+    out: dict[str, Any] = {"outcome": d.outcome, "victims": sorted(v.key for v in d.victims)}
+    out["node"] = d.node if d.outcome in (PREEMPT, "fits") else None
+    if d.placements is not None:
+        out["placements"] = dict(sorted(d.placements.items()))
+    return out
+
+
+def _reference(cluster: Cluster, pods: list[Pod], now: int, config: Config, flow: str) -> dict[str, Any]:
+    if flow == "job":
+        return reference.decide_job(cluster, pods, now, config)
+    if flow == "daemonset":
+        return reference.decide_daemonset(cluster, pods[0], now, config)
+    return reference.decide(cluster, pods[0], now)
+
+
+def run_mixed(
+    nodes: int,
+    count: int,
+    *,
+    flow: str,
+    churn: bool,
+    shape: str,
+    mode: str,
+    seed: int,
+    reference_decisions: int,
+) -> dict[str, Any]:
+    build_started = time.perf_counter()
+    gen = mixed.MixedCluster(nodes, seed=seed)
+    cluster = Cluster()
+    for obj in gen.objects():
+        cluster.apply("ADDED", obj)
+    build_s = time.perf_counter() - build_started
+    config = Config(victim_selection=mode)
+    index = Index(cluster)
+    shapes = gen.preemptor_shapes()
+    # Reference checks spread over the run, so they see the churned states too.
+    checks = {round(i * (count - 1) / max(1, reference_decisions - 1)) for i in range(reference_decisions)}
+    latencies: list[float] = []
+    cold: list[float] = []
+    ref_latencies: list[float] = []
+    seen: set[Any] = set()
+    disagreements: list[dict[str, Any]] = []
+    outcomes: dict[str, int] = {}
+    victims_total = 0
+    churn_events = 0
+    churn_s = 0.0
+    in_flight: deque[tuple[Decision, list[Pod]]] = deque()
+    gc.disable()  # collector pauses would dominate sub-millisecond timings
+    try:
+        for k in range(count):
+            at = 60.0 + k  # one decision per second of log time: toleration windows move
+            now = mixed._T0 + int(at * timeutil.SECOND)
+            if churn:
+                for kind, obj in gen.churn(step=k, at=at):
+                    t0 = time.perf_counter()
+                    cluster.apply(kind, obj)
+                    churn_s += time.perf_counter() - t0
+                    churn_events += 1
+            if flow == "job":
+                raws = gen.gang(k, at=at)
+                key: Any = (
+                    "job",
+                    raws[0]["spec"]["priority"],
+                    raws[0]["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+                )
+            elif flow == "daemonset":
+                raws = [gen.daemonset_pod(k, at=at)]
+                key = ("daemonset", k)  # every DaemonSet pod has its own node
+            else:
+                s = gen.rng.randrange(len(shapes))
+                raws = [gen.default_preemptor(k, shapes[s], at=at)]
+                key = ("default", s)
+            for raw in raws:
+                cluster.apply("ADDED", raw)
+            pods = [cluster.pods[r["metadata"]["uid"]] for r in raws]
+            t0 = time.perf_counter()
+            d = flows.decide(cluster, pods, now=now, config=config, index=index)
+            elapsed = time.perf_counter() - t0
+            latencies.append(elapsed)
+            if key not in seen:
+                seen.add(key)
+                cold.append(elapsed)
+            if k in checks and (mode == "kubernetes" or flow != "default"):
+                t0 = time.perf_counter()
+                want = _reference(cluster, pods, now, config, flow)
+                ref_latencies.append(time.perf_counter() - t0)
+                got = _answer(d)
+                if {k2: got.get(k2) for k2 in want} != want:
+                    disagreements.append({"decision": k, "engine": got, "reference": want})
+            outcomes[d.outcome] = outcomes.get(d.outcome, 0) + 1
+            if d.outcome == FITS:
+                _bind_any(cluster, d, pods)  # the scheduler binds it: its room is taken
+            elif d.outcome == PREEMPT:
+                victims_total += len(d.victims)
+                _apply_any(cluster, d, pods)
+                for v in d.victims:
+                    gen.forget(v.uid)
+                in_flight.append((d, pods))
+                if shape == "async" and len(in_flight) > ASYNC_LAG:
+                    _complete_any(cluster, *in_flight.popleft())
+    finally:
+        gc.enable()
+    total = sum(latencies)
+    result: dict[str, Any] = {
+        "benchmark": "engine",
+        "workload": "mixed",
+        "flow": flow,
+        "churn": churn,
+        "shape": shape,
+        "victimSelection": mode,
+        "seed": seed,
+        "nodes": nodes,
+        "pods": len(gen.pods),
+        "pdbs": len(gen.pdbs),
+        "preemptor_shapes": len(seen),
+        "preemptors": count,
+        "outcomes": outcomes,
+        "victims_per_preempt": round(victims_total / max(1, outcomes.get(PREEMPT, 0)), 2),
+        "decisions_per_s": round(count / total, 1),
+        "p50_ms": round(_percentile(latencies, 0.50) * 1000, 3),
+        "p99_ms": round(_percentile(latencies, 0.99) * 1000, 3),
+        "max_ms": round(max(latencies) * 1000, 3),
+        "cold_decisions": len(cold),
+        "cold_ms_p50": round(_percentile(cold, 0.50) * 1000, 3),
+        "cold_ms_max": round(max(cold) * 1000, 3),
+        "churn_events": churn_events,
+        "churn_apply_us_per_event": round(churn_s / churn_events * 1e6, 1) if churn_events else None,
+        "cluster_build_s": round(build_s, 3),
+        "machine": machine.describe(),
+    }
+    if ref_latencies:
+        ref_rate = len(ref_latencies) / sum(ref_latencies)
+        result["reference_decisions"] = len(ref_latencies)
+        result["reference_decisions_per_s"] = round(ref_rate, 3)
+        result["reference_p50_ms"] = round(statistics.median(ref_latencies) * 1000, 1)
+        result["speedup"] = round((count / total) / ref_rate, 1)
+        result["reference_agrees"] = not disagreements
+        if disagreements:
+            result["disagreements"] = disagreements[:3]
+    return result
+
+
+def _apply_any(cluster: Cluster, d: Decision, pods: list[Pod]) -> None:
+    """As the controller does after a preempt: victims leaving, the preemptor (or each member) nominated."""
+    for v in d.victims:
+        pod = cluster.pods.get(v.uid)
+        if pod is not None and not pod.deleting:
+            cluster.upsert(dataclasses.replace(pod, deleting=True, disruption_target=True))
+    where = d.placements or ({pods[0].key: d.node} if d.node else {})
+    for pod in pods:
+        node = where.get(pod.key)
+        if node is not None:
+            cluster.upsert(dataclasses.replace(cluster.pods[pod.uid], nominated=node))
+
+
+def _bind_any(cluster: Cluster, d: Decision, pods: list[Pod]) -> None:
+    where = d.placements or ({pods[0].key: d.node} if d.node else {})
+    for pod in pods:
+        node = where.get(pod.key)
+        if node is not None:
+            cluster.upsert(dataclasses.replace(cluster.pods[pod.uid], node=node, nominated=None))
+
+
+def _complete_any(cluster: Cluster, d: Decision, pods: list[Pod]) -> None:
+    for v in d.victims:
+        cluster.remove("Pod", v.uid)
+    for pod in pods:
+        held = cluster.pods.get(pod.uid)
+        if held is not None and held.nominated:
+            cluster.upsert(dataclasses.replace(held, node=held.nominated, nominated=None))
+
+
 def cmd(args: argparse.Namespace) -> int:
     if args.write_case:
         with open(args.write_case, "wb") as f:
             f.write(orjson.dumps(workloads.case(args.nodes, args.pods_per_node)))
         print(f"wrote a {args.nodes}-node case to {args.write_case}", file=sys.stderr)
         return 0
-    result = run(
-        args.nodes,
-        args.pods_per_node,
-        args.preemptors,
-        args.shape,
-        args.victim_selection,
-        args.reference_decisions,
-    )
+    if args.workload == "mixed":
+        result = run_mixed(
+            args.nodes,
+            args.preemptors,
+            flow=args.flow,
+            churn=args.churn,
+            shape=args.shape,
+            mode=args.victim_selection,
+            seed=args.seed,
+            reference_decisions=args.reference_decisions,
+        )
+    else:
+        result = run(
+            args.nodes,
+            args.pods_per_node,
+            args.preemptors,
+            args.shape,
+            args.victim_selection,
+            args.reference_decisions,
+        )
     if args.output == "json":
         print(orjson.dumps(result).decode())
     else:
@@ -154,11 +351,19 @@ def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  preemptctl bench engine --nodes 5000 --output json\n"
+        "  preemptctl bench engine --workload mixed --churn --nodes 5000 --output json\n"
+        "  preemptctl bench engine --workload mixed --churn --flow job --preemptors 100\n"
         "  preemptctl bench engine --nodes 500 --shape async --victim-selection minimal\n"
         "  preemptctl bench engine --nodes 5000 --write-case big.json   # a case for `decide`",
     )
+    p.add_argument("--workload", choices=("uniform", "mixed"), default="uniform")
+    p.add_argument(
+        "--churn", action="store_true", help="mixed: fold a live cluster's events between decisions"
+    )
+    p.add_argument("--flow", choices=("default", "job", "daemonset"), default="default", help="mixed only")
+    p.add_argument("--seed", type=int, default=1, help="mixed: the generator's seed")
     p.add_argument("--nodes", type=int, default=5000)
-    p.add_argument("--pods-per-node", type=int, default=4)
+    p.add_argument("--pods-per-node", type=int, default=4, help="uniform only")
     p.add_argument("--preemptors", type=int, default=1000)
     p.add_argument("--shape", choices=("basic", "async"), default="basic")
     p.add_argument("--victim-selection", choices=("kubernetes", "minimal"), default="kubernetes")
