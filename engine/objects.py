@@ -7,8 +7,10 @@ Records are immutable: an update replaces the record, never mutates it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from engine import quantity, timeutil
@@ -240,11 +242,23 @@ def qos_class(spec: Mapping[str, Any]) -> int:
         for r in ("cpu", "memory"):
             if r in req or r in lim:
                 any_set = True
-            if r not in lim or (r in req and quantity.parse(req[r]) != quantity.parse(lim[r])):
+            if r not in lim or (r in req and req[r] != lim[r] and not _same_amount(req[r], lim[r])):
                 guaranteed = False
     if not any_set:
         return BEST_EFFORT
     return GUARANTEED if guaranteed and containers else BURSTABLE
+
+
+@functools.lru_cache(maxsize=4096)
+def _amount(value: str | int | float) -> Fraction:
+    return quantity.parse(value)
+
+
+def _same_amount(a: Any, b: Any) -> bool:
+    """Do two quantities written differently (`1` and `1000m`) mean the same amount?"""
+    if isinstance(a, (str, int, float)) and isinstance(b, (str, int, float)):
+        return _amount(a) == _amount(b)  # a cluster repeats a handful of request strings
+    return quantity.parse(a) == quantity.parse(b)
 
 
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
