@@ -141,7 +141,8 @@ def evaluate_node(
         potential.sort(key=lambda p: importance(cluster, p))
     budgets = cluster.budgets
     read = frozenset(pdb.uid for pod in potential for pdb in budgets.of(pod.uid))
-    violating = pdb_violating(cluster, potential)
+    # No PDB covers any of them: nothing is PDB-violating, and no budget was read.
+    violating = pdb_violating(cluster, potential) if read else [False] * len(potential)
     victims: list[Pod] = []
     tried: list[tuple[Pod, bool]] = []
     for first_pass in (True, False):
@@ -158,7 +159,7 @@ def evaluate_node(
     # ranked by what its eviction really does: the final victims beyond a budget. A
     # more important pod of a PDB given back leaves the budget unexceeded, which
     # upstream's count of pre-reprieve flags would still call a violation.
-    violations = sum(pdb_violating(cluster, victims))
+    violations = sum(pdb_violating(cluster, victims)) if read else 0
     return NodeEval(
         name,
         CANDIDATE,

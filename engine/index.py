@@ -45,6 +45,8 @@ MAX_RANKINGS = 64
 TOUCH_LOG_TRIM = 50_000
 # A ranking's heap is rebuilt once stale entries make it this many times its live ones.
 HEAP_SLACK = 4
+# `settle` heapifies when the new entries exceed 1/BULK_FRACTION of the heap, else pushes each.
+BULK_FRACTION = 8
 EXPLAIN_CANDIDATES = default.EXPLAIN_CANDIDATES
 EXPLAIN_REJECTED = default.EXPLAIN_REJECTED
 
@@ -182,6 +184,10 @@ class Ranking:
         if not self.pending:
             return
         pre, now = self.pre, self.now
+        # Many new entries: append and heapify once; a few: push each (heapify is O(n)).
+        bulk = len(self.pending) * BULK_FRACTION > len(self.heap)
+        push = self.heap.append if bulk else lambda item: heapq.heappush(self.heap, item)
+        push_expiry = self.expiring.append if bulk else lambda item: heapq.heappush(self.expiring, item)
         for name in self.pending:
             state = self.cluster.nodes[name]
             s = self.summaries.get(self.kind, state, self.keep)
@@ -194,12 +200,13 @@ class Ranking:
                 self.reasons[b.reason] = self.reasons.get(b.reason, 0) + 1
             else:
                 self.candidate_count += 1
-                self.heap.append((b.value, name, e.stamp))
+                push((b.value, name, e.stamp))
             if b.expires is not None:
-                self.expiring.append((b.expires, name, e.stamp))
+                push_expiry((b.expires, name, e.stamp))
         self.pending.clear()
-        heapq.heapify(self.heap)
-        heapq.heapify(self.expiring)
+        if bulk:
+            heapq.heapify(self.heap)
+            heapq.heapify(self.expiring)
 
     def drop(self, name: str) -> None:
         e = self.state.pop(name, None)
@@ -266,10 +273,10 @@ class Ranking:
         state = self.cluster.nodes[name]
         s = self.summaries.get(self.kind, state, self.keep)
         pre = self.pre
+        e.refined = True
         e.bound = summary.refine(
             s, self._free(state), pre.requests, pre.priority, self.now, e.bound, minimal=self.minimal
         )
-        e.refined = True
         self._stamp += 1
         e.stamp = self._stamp
         self._push(e, name)
@@ -385,13 +392,13 @@ class Index:
     def ranking(self, pre: Preemptor, now: int, mode: str, kind: str = ALL, keep: Keep = None) -> Ranking:
         cluster = self.cluster
         sig = signature(pre, mode, kind)
-        # Rankings are shared by every pod of a signature, so they are computed for
-        # an anonymous pod: no real pod's own nomination is excluded from its node.
-        pre = Preemptor(dataclasses.replace(pre.pod, uid=ANONYMOUS), pre.priority, pre.requests)
         r = self._rankings.pop(sig, None)
         if r is None or not r.catch_up(now):
-            r = Ranking(cluster, self.summaries, pre, mode, kind, keep, now)
-        r.pre = pre
+            # Rankings are shared by every pod of a signature, so they are computed for
+            # an anonymous pod: no real pod's own nomination is excluded from its node.
+            # Any pod of the signature serves: evaluations read nothing else of it.
+            anonymous = Preemptor(dataclasses.replace(pre.pod, uid=ANONYMOUS), pre.priority, pre.requests)
+            r = Ranking(cluster, self.summaries, anonymous, mode, kind, keep, now)
         self._rankings[sig] = r  # most recently used last
         while len(self._rankings) > MAX_RANKINGS:
             del self._rankings[next(iter(self._rankings))]

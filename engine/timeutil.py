@@ -6,6 +6,7 @@ event being handled (or a case's `now`). Integers keep comparisons exact.
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 
 from engine.errors import InvalidObject
@@ -55,8 +56,12 @@ def parse_optional(value: object, *, field: str = "time") -> int | None:
     return None if value is None or value == "" else parse(value, field=field)
 
 
+@functools.lru_cache(maxsize=65_536)
 def render(us: int) -> str:
-    """RFC 3339 with a Z suffix; microseconds only when present."""
+    """RFC 3339 with a Z suffix; microseconds only when present.
+
+    Cached: explanations render the same start times (a node's pods) decision after decision.
+    """
     dt = datetime.fromtimestamp(us // SECOND, tz=UTC).replace(microsecond=us % SECOND)
     text = dt.isoformat().replace("+00:00", "Z")
     return text
