@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine import default, resources, timeutil
+from engine import default, timeutil
 from engine.cluster import Cluster, NodeState
 from engine.default import CANDIDATE, FITS, PRIORITY_SHIFT, REJECTED, NodeEval, Preemptor
 from engine.objects import Pod
@@ -57,45 +57,76 @@ def evaluate_node(
         potential,
         key=lambda p: (cluster.priority(p), -sum(p.requests.get(k, 0) for k in deficit), p.uid),
     )
-    # suffix[i]: what pool[i:] can free, to cut branches that cannot cover the deficit.
+    # suffix[i]: what pool[i:] can free, to cut branches that cannot cover the deficit;
+    # biggest[i]: the largest single request among pool[i:], to bound how many more
+    # victims any extension needs.
     suffix: list[dict[str, int]] = [{} for _ in range(len(pool) + 1)]
+    biggest: list[dict[str, int]] = [{} for _ in range(len(pool) + 1)]
     for i in range(len(pool) - 1, -1, -1):
         suffix[i] = dict(suffix[i + 1])
-        resources.add(suffix[i], {k: pool[i].requests.get(k, 0) for k in deficit})
-    min_shift = min((cluster.priority(p) + PRIORITY_SHIFT for p in pool), default=0)
+        biggest[i] = dict(biggest[i + 1])
+        for k in deficit:
+            v = pool[i].requests.get(k, 0)
+            suffix[i][k] = suffix[i].get(k, 0) + v
+            if v > biggest[i].get(k, 0):
+                biggest[i][k] = v
+    budgets = cluster.budgets
     states = 0
     chosen: list[Pod] = []
 
-    def covered(freed: dict[str, int]) -> bool:
-        return all(freed.get(k, 0) >= v for k, v in deficit.items())
-
-    def search(i: int, freed: dict[str, int]) -> None:
+    def search(
+        i: int, freed: dict[str, int], violations: int, highest: int, total: int, earliest: int
+    ) -> None:
         nonlocal best_key, best_set, states
         states += 1
         if states > MAX_STATES:
             return
-        key = disruption_key(cluster, chosen)
-        if covered(freed):
+        count = len(chosen)
+        key = (violations, highest, count, total, -earliest)
+        short = {k: v - freed.get(k, 0) for k, v in deficit.items() if freed.get(k, 0) < v}
+        if not short:
             if key < best_key:
                 best_key, best_set = key, list(chosen)
             return
-        # Any extension adds a pod: at least one more victim and min_shift more sum; its
-        # start term is no better unless its highest priority rises, which the
-        # second term already makes worse.
-        bound = (key[0], key[1], key[2] + 1, key[3] + min_shift, key[4])
-        if bound >= best_key or i == len(pool):
+        if i == len(pool):
             return
-        if not all(freed.get(k, 0) + suffix[i].get(k, 0) >= v for k, v in deficit.items()):
+        more = 1
+        for k, need in short.items():
+            top = biggest[i].get(k, 0)
+            if top <= 0 or suffix[i].get(k, 0) < need:
+                return  # pool[i:] cannot cover the deficit
+            more = max(more, -(-need // top))
+        # Any extension adds `more` pods or more, none cheaper than pool[i] (ascending
+        # priority). Its start term is no better while the highest priority stays the same.
+        low = cluster.priority(pool[i])
+        if low > highest:
+            bound = (violations, low, count + more, total + more * (low + PRIORITY_SHIFT), -timeutil.NEVER)
+        else:
+            bound = (violations, highest, count + more, total + more * (low + PRIORITY_SHIFT), -earliest)
+        if bound >= best_key:
             return
         pod = pool[i]
+        prio = cluster.priority(pod)
         chosen.append(pod)
         grown = dict(freed)
-        resources.add(grown, {k: pod.requests.get(k, 0) for k in deficit})
-        search(i + 1, grown)
+        for k in deficit:
+            grown[k] = grown.get(k, 0) + pod.requests.get(k, 0)
+        if budgets.of(pod.uid):
+            ordered_set = sorted(chosen, key=lambda p: default.importance(cluster, p))
+            grown_violations = sum(default.pdb_violating(cluster, ordered_set))
+        else:
+            grown_violations = violations  # a pod no PDB covers spends no budget
+        if prio > highest:
+            h, e = prio, pod.start
+        elif prio == highest:
+            h, e = highest, min(earliest, pod.start)
+        else:
+            h, e = highest, earliest
+        search(i + 1, grown, grown_violations, h, total + prio + PRIORITY_SHIFT, e)
         chosen.pop()
-        search(i + 1, freed)
+        search(i + 1, freed, violations, highest, total, earliest)
 
-    search(0, {})
+    search(0, {}, 0, -PRIORITY_SHIFT, 0, timeutil.NEVER)
     ordered = sorted(best_set, key=lambda p: default.importance(cluster, p))
     return NodeEval(
         state.node.name,
