@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 
@@ -22,7 +24,7 @@ from kubernetes_asyncio import client
 from streams.common import health
 from streams.common.errors import UsageError
 from streams.kafka import topics
-from streams.kube import api
+from streams.kube import api, lease
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,33 @@ def add_kubernetes_arguments(parser: argparse.ArgumentParser) -> None:
         "--kubeconfig", metavar="F", help="kubeconfig file (default: in-cluster, else $KUBECONFIG/~/.kube)"
     )
     parser.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current)")
+
+
+def add_lease_arguments(parser: argparse.ArgumentParser, *, what: str) -> None:
+    """--lease-name/--lease-namespace/--identity: only the holder of the Lease may `what`."""
+    parser.add_argument("--lease-name", metavar="N", help=f"hold this Lease to {what}")
+    parser.add_argument("--lease-namespace", metavar="NS", help="namespace of the Lease")
+    parser.add_argument(
+        "--identity", metavar="ID", help="this process's Lease identity (default: $POD_NAME, else hostname)"
+    )
+
+
+def check_lease_arguments(args: argparse.Namespace) -> None:
+    if bool(args.lease_name) != bool(args.lease_namespace):
+        raise UsageError("--lease-name and --lease-namespace go together")
+
+
+def identity(args: argparse.Namespace) -> str:
+    return str(args.identity or os.environ.get("POD_NAME") or socket.gethostname())
+
+
+def elector(args: argparse.Namespace, api_client: client.ApiClient) -> lease.LeaseElector | None:
+    """The LeaseElector the flags ask for, if any."""
+    if not args.lease_name:
+        return None
+    return lease.LeaseElector(
+        api_client, name=args.lease_name, namespace=args.lease_namespace, identity=identity(args)
+    )
 
 
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:

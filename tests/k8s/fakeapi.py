@@ -25,6 +25,8 @@ from typing import Any
 
 import kmock
 
+# The DisruptionBudget cause of an injected eviction 429 (kube-apiserver's wording).
+PDB_CAUSE = "The disruption budget web needs 1 healthy pods and has 1 currently"
 # How long a watch request may stay open when the client sets no timeoutSeconds.
 DEFAULT_WATCH_TIMEOUT_S = 600.0
 
@@ -50,7 +52,7 @@ KINDS = {
         Kind("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False),
         Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
         Kind("scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", True),
-        Kind("", "v1", "events", "Event", True),
+        Kind("events.k8s.io", "v1", "events", "Event", True),
         Kind("coordination.k8s.io", "v1", "leases", "Lease", True),
     )
 }
@@ -85,8 +87,10 @@ class _Watch:
     queue: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
 
 
-def _status(code: int, reason: str, message: str) -> kmock.KubernetesError:
-    return kmock.KubernetesError(status=code, reason=reason, message=message, details={})
+def _status(
+    code: int, reason: str, message: str, details: dict[str, Any] | None = None
+) -> kmock.KubernetesError:
+    return kmock.KubernetesError(status=code, reason=reason, message=message, details=details or {})
 
 
 def matches_selector(labels: dict[str, str], selector: str | None) -> bool:
@@ -486,11 +490,12 @@ class FakeApi:
         answers = self._eviction_answers.get((str(namespace), name))
         if answers:
             status = answers.pop(0)
-            if status == 429:
+            if status == 429:  # as kube-apiserver says it: the PDB's reason is in details.causes
                 raise _status(
                     429,
                     "TooManyRequests",
                     "Cannot evict pod as it would violate the pod's disruption budget.",
+                    {"causes": [{"reason": "DisruptionBudget", "message": PDB_CAUSE}]},
                 )
             if status != 200:
                 raise _status(status, "InjectedFailure", f"injected {status}")

@@ -31,7 +31,7 @@ from streams.kube.actuator import Actuator, Origin, Topics
 from streams.kube.ledger import Ledger
 from tests.k8s import objects
 from tests.k8s.conftest import fresh_topic
-from tests.k8s.fakeapi import FakeApi
+from tests.k8s.fakeapi import PDB_CAUSE, FakeApi
 
 KEY = b"test-hmac-key"
 ORIGIN = Origin("preemption.decisions", 0, 7)
@@ -186,13 +186,13 @@ async def test_evict_delete_and_label_are_done(served: tuple[FakeApi, client.Api
         "reason": "preempting lower-priority pods",
     }
     # One Event per victim, on the victim.
-    events = {o["involvedObject"]["name"]: o for (p, _, _), o in fake.objects.items() if p == "events"}
+    events = {o["regarding"]["name"]: o for (p, _, _), o in fake.objects.items() if p == "events"}
     assert sorted(events) == ["v-delete", "v-evict", "v-label"]
-    assert (
-        events["v-evict"]["message"] == "Preempted by default/high on node n1, decision default/42/high-uid"
-    )
-    assert events["v-evict"]["involvedObject"]["uid"] == pods["v-evict"]["metadata"]["uid"]
-    assert events["v-evict"]["reason"] == "Preempted" and events["v-evict"]["type"] == "Normal"
+    high_uid = pods["high"]["metadata"]["uid"]
+    assert events["v-evict"]["note"] == f"Preempted by pod {high_uid} on node n1"
+    assert events["v-evict"]["regarding"]["uid"] == pods["v-evict"]["metadata"]["uid"]
+    assert events["v-evict"]["related"]["uid"] == high_uid
+    assert (events["v-evict"]["reason"], events["v-evict"]["action"]) == ("Preempted", "Preempting")
 
 
 async def test_gone_terminating_and_recreated_pods_are_left_alone(
@@ -271,7 +271,7 @@ async def test_persistent_429_is_blocked_by_pdb(served: tuple[FakeApi, client.Ap
     )
     found = outcomes(sink)["v-evict"]
     assert (found["result"], found["attempts"]) == ("blocked-by-pdb", FAST.eviction_attempts)
-    assert "disruption budget" in found["message"]
+    assert found["message"] == PDB_CAUSE  # the server's reason, from details.causes
     held = fake.get("pods", "default", "v-evict")
     assert held is not None and not held["metadata"].get("deletionTimestamp")
     (warning,) = [o for (p, _, _), o in fake.objects.items() if p == "events"]
