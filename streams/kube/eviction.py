@@ -51,7 +51,10 @@ Every Kubernetes edge case of actuation is handled here, with its reason:
   posted it before a restart, which is success. A failed Event never fails the
   victim's outcome.
 - --dry-run sends dryRun=All on every write (reads are real), so the API server
-  validates and admits each request but persists nothing.
+  validates and admits each request but persists nothing. A DELETE carries it in
+  its DeleteOptions body too: kube-apiserver reads a DELETE's options from the
+  body when there is one and ignores the query's dryRun (a real server started
+  graceful deletion of a pod under a query-only dry run).
 """
 
 from __future__ import annotations
@@ -389,6 +392,9 @@ class Actions:
         options = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(uid=victim["uid"]),
             grace_period_seconds=DEFAULT_GRACE_PERIOD_S if grace is None else grace,
+            # A DELETE with a body reads its options from the body alone: the server ignores
+            # ?dryRun=All then, and a "dry run" would start the pod's graceful deletion.
+            dry_run=["All"] if self.dry_run else None,
         )
         attempts[0] += 1
         await self._call(
