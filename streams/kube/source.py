@@ -607,7 +607,11 @@ class Source:
                             break
                         except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
                             await self._failed(stream.name, exc, backoff)
-                    group.create_task(self._watch(stream, arrived), name=f"watch-{stream.name}")
+                    # The next list waits until this watch is open (or failed once), so no
+                    # stream's version ages while the others are listed.
+                    opened = asyncio.Event()
+                    group.create_task(self._watch(stream, arrived, opened), name=f"watch-{stream.name}")
+                    await opened.wait()
                 for key in sorted(set(self._held) - listed):
                     held = self._held.pop(key)
                     version = versions.get((held.resource.kind, held.namespace)) or versions.get(
@@ -700,14 +704,14 @@ class Source:
             except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 API_ERRORS.labels("discovery", kube.reason_of(exc)).inc()
 
-    async def _watch(
-        self, stream: Stream, arrived: asyncio.Queue[tuple[Resource, str, dict[str, Any]]]
-    ) -> None:
+    async def _watch(self, stream: Stream, arrived: Arrivals, opened: asyncio.Event) -> None:
+        """Follow one stream, resuming after each watch ends; `opened` is set once it first answers."""
         backoff = self._backoff()
         while True:
             try:
-                await self._watch_once(stream, backoff, arrived)
+                await self._watch_once(stream, backoff, arrived, opened)
             except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                opened.set()  # the relist goes on; this watch retries on its own
                 status = kube.status_of(exc)
                 if status == 410:
                     raise Resync("expired", f"{stream.name}: 410 Gone") from exc
@@ -720,6 +724,7 @@ class Source:
         stream: Stream,
         backoff: kube.Backoff,
         arrived: Arrivals,
+        opened: asyncio.Event,
     ) -> None:
         query = [
             ("watch", "true"),
@@ -737,6 +742,7 @@ class Source:
         try:
             if response.status != 200:
                 raise await kube.error_from_response(response)
+            opened.set()
             async for line in _lines(response):
                 event = orjson.loads(line)
                 event_type, obj = event.get("type"), event.get("object")
