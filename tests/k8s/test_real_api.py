@@ -1,0 +1,653 @@
+"""The Kubernetes edge against a real kube-apiserver v1.34 (tests/k8s/cluster.py), as the chart's accounts.
+
+The chart is installed in the session's API server by a real `helm template`
+and `kubectl apply --server-side`; the source and the actuator authenticate as
+their own ServiceAccounts, so RBAC answers as in a cluster, and any 403 to a
+component fails the test (the API server's audit log is checked after each
+test). Network faults come from a TCP proxy in front of the server
+(tests/k8s/proxy.py); the server's own answers are never faked here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import orjson
+import pytest
+from kubernetes_asyncio import client
+
+from schemas import chain
+from schemas.records import VictimRecord
+from streams.kafka.sink import MemorySink
+from streams.kube import api as kube
+from streams.kube import eviction, lease, source
+from streams.kube.actuator import Actuator, Origin
+from streams.kube.ledger import Ledger
+from tests.k8s import cluster
+from tests.k8s.conftest import CHART
+from tests.k8s.proxy import FaultProxy
+
+KEY = b"test-hmac-key"
+ORIGIN = Origin("preemption.decisions", 0, 1)
+FAST = eviction.RetryPolicy(
+    eviction_attempts=3,
+    eviction_backoff_initial_s=0.05,
+    eviction_backoff_max_s=0.1,
+    transient_attempts=2,
+    transient_backoff_initial_s=0.05,
+    transient_backoff_max_s=0.1,
+)
+STEP_TIMEOUT_S = 20.0
+NO_TICKS = 3600.0
+COMPONENT_USERS = {user for name, (user, _, _) in cluster.IDENTITIES.items() if name != "admin"}
+
+
+# ---- scaffolding ---------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def no_component_is_forbidden(kube_cluster: cluster.TestCluster) -> Iterator[None]:
+    """A 403 to any component identity during the test fails it: the chart's RBAC must cover the code."""
+    before = len(kube_cluster.audit())
+    yield
+    forbidden = [
+        f"{e['user']['username']} {e['verb']} {e['requestURI']}"
+        for e in kube_cluster.audit()[before:]
+        if e["user"]["username"] in COMPONENT_USERS and e.get("responseStatus", {}).get("code") == 403
+    ]
+    assert not forbidden, f"RBAC refused a component: {forbidden}"
+
+
+@pytest.fixture
+def ns(kube_cluster: cluster.TestCluster) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kube_cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    return name
+
+
+def node(name: str) -> dict[str, Any]:
+    capacity = {"cpu": "4", "memory": "8Gi", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def pod(
+    name: str,
+    namespace: str,
+    *,
+    node_name: str | None = None,
+    labels: dict[str, str] | None = None,
+    grace: int = 30,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "500m"}}}],
+        "terminationGracePeriodSeconds": grace,
+    }
+    if node_name:
+        spec["nodeName"] = node_name
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": spec,
+    }
+    if node_name:  # what the kubelet would report: running and ready, so PDBs guard it
+        obj["status"] = {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }
+    return obj
+
+
+def pdb(name: str, namespace: str, app: str, *, allowed: int) -> dict[str, Any]:
+    """A PDB with the status the disruption controller would write (none runs here)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": {"matchLabels": {"app": app}}, "minAvailable": 1},
+        "status": {
+            "observedGeneration": 1,
+            "disruptionsAllowed": allowed,
+            "currentHealthy": 1 + allowed,
+            "desiredHealthy": 1,
+            "expectedPods": 1 + allowed,
+        },
+    }
+
+
+def get_pod(kube_cluster: cluster.TestCluster, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return cast(
+            dict[str, Any], kube_cluster.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        )
+    except Exception as exc:  # urllib's HTTPError 404
+        if getattr(exc, "code", None) == 404:
+            return None
+        raise
+
+
+def victim(obj: dict[str, Any], action: str) -> VictimRecord:
+    meta = obj["metadata"]
+    record = {
+        "uid": meta["uid"],
+        "namespace": meta["namespace"],
+        "name": meta["name"],
+        "node": "n1",
+        "priority": 0,
+        "action": action,
+    }
+    return cast(VictimRecord, record)
+
+
+def decision(preemptor: dict[str, Any], victims: list[VictimRecord], decision_id: str) -> bytes:
+    record: dict[str, Any] = {
+        "v": 1,
+        "id": decision_id,
+        "cluster": "default",
+        "seq": 1,
+        "ts": "2026-01-01T00:00:00Z",
+        "flow": "default",
+        "preemptor": f"{preemptor['metadata']['namespace']}/{preemptor['metadata']['name']}",
+        "preemptorUid": preemptor["metadata"]["uid"],
+        "outcome": "preempt",
+        "node": "n1",
+        "victims": victims,
+        "reason": "preempting lower-priority pods",
+        "explanation": {},
+        "configHash": "cfg",
+        "engineVersion": "test",
+    }
+    return orjson.dumps(chain.seal(record, chain.GENESIS, KEY))
+
+
+def make_actuator(
+    api: client.ApiClient, *, guard: Callable[[], None] = lambda: None
+) -> tuple[Actuator, MemorySink]:
+    sink = MemorySink()
+    actions = eviction.Actions(api, identity="actuator-test", guard=guard, retry=FAST)
+    return Actuator(actions, sink, Ledger(), hmac_key=KEY), sink
+
+
+def results(sink: MemorySink) -> dict[str, dict[str, Any]]:
+    return {r["victim"]["name"]: r for r in (orjson.loads(x.value) for x in sink.on("preemption.evictions"))}
+
+
+# ---- the chart, with the real helm and kubectl -----------------------------------------------
+
+
+def test_helm_lint_and_server_side_dry_run(kube_cluster: cluster.TestCluster) -> None:
+    helm, kubectl = cluster.tool("helm"), cluster.tool("kubectl")
+    lint = subprocess.run([helm, "lint", "--strict", str(CHART)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    for values in ([], ["--set", "hmacSecret=preemptctl-hmac", "--set", "actuator.dryRun=true"]):
+        rendered = subprocess.run(
+            [helm, "template", "other", str(CHART), "--namespace", cluster.NAMESPACE, *values],
+            check=True, capture_output=True,
+        ).stdout  # fmt: skip
+        applied = subprocess.run(
+            [kubectl, "--kubeconfig", kube_cluster.kubeconfig("admin"), "apply", "--dry-run=server",
+             "-f", "-"],
+            input=rendered, capture_output=True, text=False,
+        )  # fmt: skip
+        assert applied.returncode == 0, applied.stderr.decode()
+        assert b"(server dry run)" in applied.stdout
+    # The schema refuses what the server (or YAML) would have: helm itself says no.
+    for bad in (["--set", "source.resources.requests.cpu=lots"], ["--set", 'cluster=prod"eu']):
+        refused = subprocess.run([helm, "template", "x", str(CHART), *bad], capture_output=True, text=True)
+        assert refused.returncode != 0 and "values don't meet the specifications" in refused.stderr
+
+
+def test_components_can_do_exactly_what_the_code_calls(kube_cluster: cluster.TestCluster) -> None:
+    kubectl = cluster.tool("kubectl")
+
+    def can(identity: str, verb: str, resource: str, namespace: str = "default", sub: str = "") -> bool:
+        """`kubectl auth can-i` as `identity`; resource is TYPE[.GROUP][/NAME]."""
+        done = subprocess.run(
+            [kubectl, "--kubeconfig", kube_cluster.kubeconfig(identity), "auth", "can-i", verb, resource,
+             "-n", namespace, *([f"--subresource={sub}"] if sub else [])],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        return done.stdout.strip() == "yes"
+
+    def required(identity: str, rules: tuple[tuple[str, str, tuple[str, ...]], ...]) -> None:
+        for group, resource, verbs in rules:
+            plural, _, sub = resource.partition("/")
+            for verb in verbs:
+                assert can(identity, verb, f"{plural}.{group}" if group else plural, sub=sub), (
+                    identity,
+                    verb,
+                    resource,
+                )
+
+    from streams.kube import actuator
+
+    # ElasticQuotas are left out: their CRD is not installed here, and can-i says no for a kind
+    # the server does not serve.
+    required("source", tuple(r for r in source.REQUIRED_RBAC if r[0] != source.ELASTIC_QUOTAS.group))
+    required("actuator", actuator.REQUIRED_RBAC)
+    assert can("actuator", "update", "leases/preemptctl-actuator", cluster.NAMESPACE)
+    assert can("source", "update", "leases/preemptctl-source", cluster.NAMESPACE)
+    assert not can("actuator", "update", "leases/preemptctl-source", cluster.NAMESPACE)
+    assert not can("source", "delete", "pods") and not can("worker", "list", "pods")
+    assert not can("actuator", "create", "events")  # core/v1 Events: not what the code writes
+
+
+# ---- the actuator --------------------------------------------------------------------------
+
+
+async def test_delete_evict_label_nominate_and_events(
+    kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str
+) -> None:
+    high = kube_cluster.apply(pod("high", ns))
+    pods = {
+        n: kube_cluster.apply(pod(n, ns, node_name="n1", grace=17))
+        for n in ("v-delete", "v-evict", "v-label")
+    }
+    act, sink = make_actuator(as_actuator)
+    victims = [
+        victim(pods["v-delete"], "delete"),
+        victim(pods["v-evict"], "evict"),
+        victim(pods["v-label"], "label"),
+    ]
+    await act.handle(decision(high, victims, f"default/1/{ns}"), key=b"default", origin=ORIGIN)
+
+    found = results(sink)
+    assert {n: (r["result"], r["attempts"]) for n, r in found.items()} == {
+        "v-delete": ("done", 1),
+        "v-evict": ("done", 1),
+        "v-label": ("done", 1),
+    }
+    deleted = get_pod(kube_cluster, ns, "v-delete")
+    assert (
+        deleted is not None and deleted["metadata"]["deletionGracePeriodSeconds"] == 17
+    )  # no kubelet: terminating
+    (target,) = [c for c in deleted["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert (target["status"], target["reason"]) == ("True", "PreemptionByScheduler")
+    evicted = get_pod(kube_cluster, ns, "v-evict")
+    assert evicted is not None and evicted["metadata"].get("deletionTimestamp")
+    labelled = get_pod(kube_cluster, ns, "v-label")
+    assert labelled is not None and labelled["metadata"]["labels"][eviction.SOFT_EVICTION] == "true"
+    assert get_pod(kube_cluster, ns, "high")["status"]["nominatedNodeName"] == "n1"  # type: ignore[index]
+    # Events as kube-scheduler writes them, through events.k8s.io/v1.
+    events = {
+        e["regarding"]["name"]: e
+        for e in kube_cluster.request("GET", f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
+    }
+    assert sorted(events) == ["v-delete", "v-evict", "v-label"]
+    event = events["v-evict"]
+    assert (event["reason"], event["action"], event["type"]) == ("Preempted", "Preempting", "Normal")
+    assert event["note"] == f"Preempted by pod {high['metadata']['uid']} on node n1"
+    assert event["regarding"]["uid"] == pods["v-evict"]["metadata"]["uid"]
+    assert (event["related"]["name"], event["related"]["uid"]) == ("high", high["metadata"]["uid"])
+    assert event["metadata"]["annotations"][eviction.DECISION_ANNOTATION] == f"default/1/{ns}"
+    assert event["eventTime"].endswith("Z") and event["reportingController"] == "preemptctl"
+
+
+async def test_eviction_answers_of_real_pdbs(
+    kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str
+) -> None:
+    high = kube_cluster.apply(pod("high", ns))
+    one = kube_cluster.apply(pod("one-pdb", ns, node_name="n1", labels={"app": "web"}))
+    two = kube_cluster.apply(pod("two-pdbs", ns, node_name="n1", labels={"app": "db"}))
+    kube_cluster.apply(pdb("web", ns, "web", allowed=0))
+    kube_cluster.apply(pdb("db-a", ns, "db", allowed=1))
+    kube_cluster.apply(pdb("db-b", ns, "db", allowed=1))
+    act, sink = make_actuator(as_actuator)
+    await act.handle(
+        decision(high, [victim(one, "evict"), victim(two, "evict")], f"default/2/{ns}"),
+        key=None,
+        origin=ORIGIN,
+    )
+    found = results(sink)
+    # One PDB at its limit: 429 with the budget's reason in details.causes, retried, then blocked.
+    assert (found["one-pdb"]["result"], found["one-pdb"]["attempts"]) == (
+        "blocked-by-pdb",
+        FAST.eviction_attempts,
+    )
+    assert found["one-pdb"]["message"] == "The disruption budget web needs 1 healthy pods and has 1 currently"
+    # Two PDBs: the server answers 500 and never evicts such a pod: one attempt, no retry.
+    assert (found["two-pdbs"]["result"], found["two-pdbs"]["attempts"]) == ("blocked-by-pdb", 1)
+    assert "more than one PodDisruptionBudget" in found["two-pdbs"]["message"]
+    evictions = [
+        e for e in kube_cluster.audit() if e.get("objectRef", {}).get("subresource") == "eviction"
+        and e.get("objectRef", {}).get("namespace") == ns
+    ]  # fmt: skip
+    assert sorted(e["responseStatus"]["code"] for e in evictions) == [429] * FAST.eviction_attempts + [500]
+    for name in ("one-pdb", "two-pdbs"):
+        held = get_pod(kube_cluster, ns, name)
+        assert held is not None and not held["metadata"].get("deletionTimestamp")
+    warning = [
+        e for e in kube_cluster.request("GET", f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
+        if e["regarding"]["name"] == "one-pdb"
+    ]  # fmt: skip
+    assert [(w["type"], w["reason"]) for w in warning] == [("Warning", "PreemptionBlocked")]
+
+
+async def test_a_recreated_pod_is_never_touched(
+    kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str
+) -> None:
+    """The write's uid precondition (delete: 409) or uid in the patch (label: 422) refuses a new pod."""
+    high = kube_cluster.apply(pod("high", ns))
+    old = {n: kube_cluster.apply(pod(n, ns, node_name="n1")) for n in ("d", "l")}
+    actions = eviction.Actions(as_actuator, identity="t", retry=FAST)
+    for name in ("d", "l"):  # replaced after the decision, before the write: the read is skipped
+        kube_cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", gracePeriodSeconds="0")
+        kube_cluster.apply(pod(name, ns, node_name="n1"))
+    core = client.CoreV1Api(as_actuator)
+    with pytest.raises(client.ApiException) as refused_delete:
+        await core.delete_namespaced_pod(
+            "d",
+            ns,
+            body=client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(uid=old["d"]["metadata"]["uid"])
+            ),
+        )
+    assert refused_delete.value.status == 409
+    with pytest.raises(client.ApiException) as refused_patch:
+        await core.patch_namespaced_pod(
+            "l", ns, {"metadata": {"uid": old["l"]["metadata"]["uid"], "labels": {"x": "y"}}}
+        )
+    assert refused_patch.value.status == 422
+    # Through the actuator: both classified as uid-changed, the new pods untouched.
+    for name, action in (("d", "delete"), ("l", "label")):
+        outcome = await actions._write_failed(
+            refused_delete.value if action == "delete" else refused_patch.value, victim(old[name], action), 1
+        )
+        assert outcome.result == "uid-changed"
+        held = get_pod(kube_cluster, ns, name)
+        assert held is not None and not held["metadata"].get("deletionTimestamp")
+        assert eviction.SOFT_EVICTION not in (held["metadata"].get("labels") or {})
+    del high
+
+
+async def test_dry_run_writes_nothing(
+    kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str
+) -> None:
+    high = kube_cluster.apply(pod("high", ns))
+    pods = {n: kube_cluster.apply(pod(n, ns, node_name="n1")) for n in ("a", "b", "c")}
+    sink = MemorySink()
+    act = Actuator(
+        eviction.Actions(as_actuator, dry_run=True, identity="t", retry=FAST), sink, Ledger(), hmac_key=KEY
+    )
+    before = {n: get_pod(kube_cluster, ns, n)["metadata"]["resourceVersion"] for n in (*pods, "high")}  # type: ignore[index]
+    victims = [victim(pods["a"], "delete"), victim(pods["b"], "evict"), victim(pods["c"], "label")]
+    await act.handle(decision(high, victims, f"default/3/{ns}"), key=None, origin=ORIGIN)
+    assert {r["result"] for r in results(sink).values()} == {"done"}
+    after = {n: get_pod(kube_cluster, ns, n)["metadata"]["resourceVersion"] for n in (*pods, "high")}  # type: ignore[index]
+    assert after == before
+    assert kube_cluster.request("GET", f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"] == []
+
+
+# ---- the Lease -----------------------------------------------------------------------------
+
+
+def elector(api: client.ApiClient, name: str, identity: str, **kwargs: Any) -> lease.LeaseElector:
+    return lease.LeaseElector(api, name=name, namespace=cluster.NAMESPACE, identity=identity, **kwargs)
+
+
+async def test_lease_times_are_micro_time(
+    kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient
+) -> None:
+    """renewTime with a zero microsecond: isoformat() leaves out the fraction, and the server says 400."""
+    whole_second = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    a = elector(as_actuator, "preemptctl-actuator", "micro", now=lambda: whole_second)
+    assert await a.try_acquire_or_renew()  # create
+    assert await a.try_acquire_or_renew()  # update
+    held = kube_cluster.request(
+        "GET", f"/apis/coordination.k8s.io/v1/namespaces/{cluster.NAMESPACE}/leases/preemptctl-actuator"
+    )
+    assert held["spec"]["renewTime"] == "2026-01-01T12:00:00.000000Z"
+    await a.release()
+
+
+@asynccontextmanager
+async def proxied(
+    kube_cluster: cluster.TestCluster, identity: str
+) -> AsyncIterator[tuple[FaultProxy, client.ApiClient]]:
+    host, _, port = kube_cluster.url.removeprefix("https://").partition(":")
+    async with FaultProxy(host, int(port)) as proxy:
+        api = await kube.connect(str(kube_cluster.kubeconfig(identity, server=proxy.url)))
+        try:
+            yield proxy, api
+        finally:
+            await api.close()
+
+
+async def test_lease_loop_survives_dropped_connections_and_hangs(kube_cluster: cluster.TestCluster) -> None:
+    async with proxied(kube_cluster, "actuator") as (proxy, api):
+        a = elector(
+            api,
+            "preemptctl-actuator",
+            "survivor",
+            retry_period_s=0.2,
+            renew_deadline_s=9,
+            lease_duration_s=14,
+        )
+        running = asyncio.create_task(a.run())
+        try:
+            await asyncio.wait_for(a.wait_leader(), STEP_TIMEOUT_S)
+            errors = lease.LEASE_ERRORS.labels("ServerDisconnectedError")._value.get()
+            for _ in range(5):  # connections reset mid-round: aiohttp's ServerDisconnectedError
+                proxy.drop()
+                await asyncio.sleep(0.1)
+            # A half-open connection: each round ends at its timeout instead of hanging the loop.
+            proxy.hang()
+            started = time.monotonic()
+            while lease.LEASE_ERRORS.labels("TimeoutError")._value.get() < 1:
+                assert time.monotonic() - started < kube.WRITE_TIMEOUT_S + 5, "a hung round never timed out"
+                await asyncio.sleep(0.1)
+            proxy.resume()
+            proxy.drop()
+            deadline = time.monotonic() + STEP_TIMEOUT_S
+            while not (a.is_leader() and a.remaining_s() > 8):
+                assert time.monotonic() < deadline, "the loop did not renew after the faults"
+                await asyncio.sleep(0.1)
+            assert not running.done() and a.liveness() is None
+            assert lease.LEASE_ERRORS.labels("ServerDisconnectedError")._value.get() >= errors
+        finally:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+    # A loop that dies is reported to /livez.
+    broken = elector(api, "preemptctl-actuator", "broken")
+
+    async def explode() -> bool:
+        raise KeyboardInterrupt  # not an Exception: the loop ends
+
+    broken.try_acquire_or_renew = explode  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        await broken.run()
+    assert "Lease loop ended" in (broken.liveness() or "")
+
+
+async def test_a_write_needs_more_lease_than_its_timeout(
+    kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str
+) -> None:
+    """Fencing: with less validity left than api.WRITE_TIMEOUT_S the write is not even sent."""
+    clock = [0.0]
+    a = elector(as_actuator, "preemptctl-actuator", "fenced", monotonic=lambda: clock[0])
+    assert await a.try_acquire_or_renew()
+    high = kube_cluster.apply(pod("high", ns))
+    target = kube_cluster.apply(pod("v", ns, node_name="n1"))
+    act, sink = make_actuator(as_actuator, guard=a.check)
+    clock[0] = lease.RENEW_DEADLINE_S - kube.WRITE_TIMEOUT_S + 0.5  # still leader, but not for a whole write
+    assert a.is_leader()
+    with pytest.raises(lease.NotLeader):
+        await act.handle(
+            decision(high, [victim(target, "delete")], f"default/4/{ns}"), key=None, origin=ORIGIN
+        )
+    held = get_pod(kube_cluster, ns, "v")
+    assert held is not None and not held["metadata"].get("deletionTimestamp") and sink.records == []
+    clock[0] = 0.0
+    await a.release()
+
+
+async def test_every_call_has_a_timeout(kube_cluster: cluster.TestCluster) -> None:
+    """A hung connection ends the call at its timeout (kubernetes-asyncio's default is none at all)."""
+    async with proxied(kube_cluster, "actuator") as (proxy, api):
+        core = client.CoreV1Api(api)
+        proxy.hang()
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(
+                core.create_namespaced_pod_eviction(
+                    "x", "default", client.V1Eviction(metadata=client.V1ObjectMeta(name="x")),
+                    _request_timeout=kube.write_timeout(),
+                ),
+                kube.WRITE_TIMEOUT_S + 10,
+            )  # fmt: skip
+        assert time.monotonic() - started < kube.WRITE_TIMEOUT_S + 2
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):  # a read without a named timeout gets REQUEST_TIMEOUT_S
+            await asyncio.wait_for(core.read_namespaced_pod("x", "default"), kube.REQUEST_TIMEOUT_S + 10)
+        assert time.monotonic() - started < kube.REQUEST_TIMEOUT_S + 2
+        proxy.resume()
+
+
+# ---- the source ----------------------------------------------------------------------------
+
+
+def fast_backoff() -> kube.Backoff:
+    return kube.Backoff(initial_s=0.05, max_s=0.2, jitter=0.0)
+
+
+@asynccontextmanager
+async def running_source(
+    api: client.ApiClient, sink: MemorySink, **kwargs: Any
+) -> AsyncIterator[source.Source]:
+    kwargs.setdefault("tick_seconds", NO_TICKS)
+    kwargs.setdefault("backoff", fast_backoff)
+    src = source.Source(api, sink, **kwargs)
+    task = asyncio.create_task(src.run())
+    try:
+        await asyncio.wait_for(src.ready.wait(), STEP_TIMEOUT_S)
+        yield src
+    finally:
+        src.stop()
+        await asyncio.wait_for(task, STEP_TIMEOUT_S)
+
+
+def events_of(sink: MemorySink) -> list[dict[str, Any]]:
+    return [e for r in sink.records for e in orjson.loads(r.value)["events"]]
+
+
+async def until(sink: MemorySink, condition: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
+    await sink.wait_for(lambda _: condition(events_of(sink)), timeout=STEP_TIMEOUT_S)
+    return events_of(sink)
+
+
+def pod_events(events: list[dict[str, Any]], name: str) -> list[str]:
+    return [
+        e["type"] for e in events
+        if e.get("object", {}).get("kind") == "Pod" and e["object"]["metadata"]["name"] == name
+    ]  # fmt: skip
+
+
+async def test_source_lists_then_watches_each_kind_in_turn(
+    kube_cluster: cluster.TestCluster, as_source: client.ApiClient, ns: str
+) -> None:
+    kube_cluster.apply(pod("listed", ns, node_name="n1"))
+    sink = MemorySink()
+    before = len(kube_cluster.audit("ResponseStarted", "ResponseComplete"))
+    async with running_source(as_source, sink, scope=source.Scope(namespaces=(ns,))):
+        kube_cluster.apply(pod("watched", ns, node_name="n1"))
+        events = await until(sink, lambda ev: "ADDED" in pod_events(ev, "watched"))
+    assert events[0]["type"] == "RESYNC" and pod_events(events, "listed") == ["ADDED"]
+    # managedFields (the server sets them on every write) never reach the log.
+    assert all("managedFields" not in e["object"]["metadata"] for e in events if "object" in e)
+    # Each kind's watch is opened right after its own list, not after every list.
+    user = cluster.service_account("pc-source")
+    calls = sorted(
+        (
+            e
+            for e in kube_cluster.audit("ResponseStarted", "ResponseComplete")[before:]
+            if e["user"]["username"] == user
+            and (e["verb"], e["stage"]) in (("list", "ResponseComplete"), ("watch", "ResponseStarted"))
+        ),
+        key=lambda e: e["requestReceivedTimestamp"],
+    )
+    order = [(e["verb"], e["objectRef"]["resource"]) for e in calls][:8]
+    kinds = ("nodes", "priorityclasses", "poddisruptionbudgets", "pods")
+    assert order == [(verb, kind) for kind in kinds for verb in ("list", "watch")]
+
+
+async def test_keep_managed_fields_keeps_them(
+    kube_cluster: cluster.TestCluster, as_source: client.ApiClient, ns: str
+) -> None:
+    kube_cluster.apply(pod("kept", ns, node_name="n1"))
+    sink = MemorySink()
+    async with running_source(
+        as_source, sink, scope=source.Scope(namespaces=(ns,)), keep_managed_fields=True
+    ):
+        events = await until(sink, lambda ev: "ADDED" in pod_events(ev, "kept"))
+    (kept,) = [e for e in events if e.get("object", {}).get("metadata", {}).get("name") == "kept"]
+    assert kept["object"]["metadata"]["managedFields"]
+
+
+async def test_410_after_compaction_relists_with_tombstones(
+    kube_cluster: cluster.TestCluster, ns: str
+) -> None:
+    """A partition (a pod deleted, etcd compacted): a resumed watch gets 410, a relist the tombstone."""
+    kube_cluster.apply(pod("stays", ns, node_name="n1"))
+    gone = kube_cluster.apply(pod("gone", ns, node_name="n1"))
+    sink = MemorySink()
+    resyncs = source.RESYNCS.labels("expired")._value.get()
+    async with (
+        proxied(kube_cluster, "source") as (proxy, api),
+        running_source(api, sink, scope=source.Scope(namespaces=(ns,))),
+    ):
+        proxy.hang()
+        kube_cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/gone", gracePeriodSeconds="0")
+        kube_cluster.apply(pod("new", ns, node_name="n1"))
+        kube_cluster.compact()
+        proxy.resume()
+        proxy.drop()  # the watches reconnect from versions etcd no longer has
+        events = await until(
+            sink, lambda ev: "DELETED" in pod_events(ev, "gone") and "ADDED" in pod_events(ev, "new")
+        )
+    assert source.RESYNCS.labels("expired")._value.get() == resyncs + 1
+    assert [e["type"] for e in events].count("RESYNC") == 2
+    (tombstone,) = [e for e in events if e["type"] == "DELETED"]
+    assert tombstone["object"]["metadata"]["uid"] == gone["metadata"]["uid"]
+    second = max(i for i, e in enumerate(events) if e["type"] == "RESYNC")
+    assert events.index(tombstone) > second and pod_events(events[second:], "stays") == ["ADDED"]
+
+
+async def test_only_the_lease_holder_writes_the_log(
+    kube_cluster: cluster.TestCluster, as_source: client.ApiClient, ns: str
+) -> None:
+    kube_cluster.apply(pod("p", ns, node_name="n1"))
+    first, second = MemorySink(), MemorySink()
+    clock = [0.0]
+    a = elector(as_source, "preemptctl-source", "source-a", retry_period_s=0.2)
+    b = elector(
+        as_source,
+        "preemptctl-source",
+        "source-b",
+        retry_period_s=0.2,
+        monotonic=lambda: time.monotonic() + clock[0],
+    )
+    scope = source.Scope(namespaces=(ns,))
+    async with running_source(as_source, first, scope=scope, elector=a):
+        other = source.Source(
+            as_source, second, scope=scope, elector=b, tick_seconds=NO_TICKS, backoff=fast_backoff
+        )
+        task = asyncio.create_task(other.run())
+        try:
+            await asyncio.sleep(1.0)
+            assert second.records == [] and not other.ready.is_set()  # a standby writes nothing
+        finally:
+            other.stop()
+            await asyncio.wait_for(task, STEP_TIMEOUT_S)
+    assert events_of(first)[0]["type"] == "RESYNC"
