@@ -26,7 +26,7 @@ from schemas import chain
 from schemas.records import VictimRecord
 from streams.kafka import topics as kafka_topics
 from streams.kafka.sink import KafkaSink, MemorySink
-from streams.kube import actuator, eviction, lease
+from streams.kube import actuator, api, eviction, lease
 from streams.kube.actuator import Actuator, Origin, Topics
 from streams.kube.ledger import Ledger
 from tests.k8s import objects
@@ -544,3 +544,40 @@ def test_event_messages_and_names_stay_within_limits() -> None:
     name = eviction.event_name("p" * 300, "cluster/1/uid", "uid")
     assert len(name) <= 253 and name == eviction.event_name("p" * 300, "cluster/1/uid", "uid")
     assert name != eviction.event_name("p" * 300, "cluster/2/uid", "uid")
+
+
+def _api_exception(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    exc = ApiException(status=status, reason="x")
+    exc.body = json.dumps(body)
+    exc.headers = headers or {}
+    return exc
+
+
+async def test_eviction_answers_are_read_as_the_server_means_them() -> None:
+    """429 with a DisruptionBudget cause is a PDB; without, it is API priority-and-fairness throttling."""
+    pdb_429 = eviction.Answer.of(
+        _api_exception(
+            429,
+            {
+                "message": "Cannot evict pod",
+                "details": {"causes": [{"reason": "DisruptionBudget", "message": "m"}]},
+            },
+        )
+    )
+    assert pdb_429.pdb_blocked and not pdb_429.transient and pdb_429.pdb_cause == "m"
+    throttled = eviction.Answer.of(_api_exception(429, {"message": "too many"}, {"Retry-After": "3"}))
+    assert throttled.transient and not throttled.pdb_blocked and throttled.retry_after_s == 3.0
+    two = eviction.Answer.of(
+        _api_exception(500, {"message": "This pod has more than one PodDisruptionBudget, which ..."})
+    )
+    assert two.multiple_pdbs and not two.transient
+    assert eviction.Answer.of(_api_exception(503, {})).transient
+    assert eviction.Answer.of(TimeoutError()).transient
+    # The wait before a retry honours Retry-After (capped), never less than the backoff.
+    actions = eviction.Actions(api.for_host("http://127.0.0.1:9"), retry=FAST)
+    assert actions._wait(api.Backoff(0.01, 0.02, jitter=0), throttled) == 3.0
+    capped = eviction.Answer(429, retry_after_s=10_000)
+    assert actions._wait(api.Backoff(0.01, 0.02, jitter=0), capped) == FAST.retry_after_max_s
+    await actions.api.close()
