@@ -6,6 +6,8 @@ server's answers are real; the proxy only decides whether bytes move:
   connection, a partition): a call without a timeout waits forever;
 - `drop()`: close every connection (an API server restart, a load balancer
   reset): the client sees ServerDisconnectedError or a reset;
+- `refuse(n)`: the next n requests are read and answered by closing the
+  connection (a server that dies mid-request): aiohttp's ServerDisconnectedError;
 - `resume()`: relay again.
 """
 
@@ -30,6 +32,7 @@ class FaultProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self.port = 0
         self.connections = 0
+        self._refusals = 0
 
     @property
     def url(self) -> str:
@@ -57,6 +60,9 @@ class FaultProxy:
     def resume(self) -> None:
         self._flowing.set()
 
+    def refuse(self, requests: int) -> None:
+        self._refusals = requests
+
     def drop(self) -> None:
         for writer in list(self._writers):
             writer.transport.abort()
@@ -70,8 +76,8 @@ class FaultProxy:
             writer.transport.abort()
             return
         self._writers |= {writer, up_writer}
-        for source, sink in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(self._relay(source, sink, (writer, up_writer)))
+        for source, sink, upstream in ((reader, up_writer, True), (up_reader, writer, False)):
+            task = asyncio.create_task(self._relay(source, sink, (writer, up_writer), upstream=upstream))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -80,10 +86,20 @@ class FaultProxy:
         source: asyncio.StreamReader,
         sink: asyncio.StreamWriter,
         pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter],
+        *,
+        upstream: bool,
     ) -> None:
+        graceful = False
+        chunks = 0
         try:
             while data := await source.read(CHUNK_BYTES):
                 await self._flowing.wait()
+                chunks += 1
+                # The client's first two flights are the TLS handshake; later ones carry requests.
+                if upstream and self._refusals and chunks > 2:
+                    self._refusals -= 1
+                    graceful = True  # a clean close (FIN) with no answer, as a dying server does
+                    break
                 sink.write(data)
                 await sink.drain()
         except (OSError, asyncio.IncompleteReadError):
@@ -92,4 +108,7 @@ class FaultProxy:
             for writer in pair:
                 self._writers.discard(writer)
                 with contextlib.suppress(Exception):
-                    writer.transport.abort()
+                    if graceful:
+                        writer.close()
+                    else:
+                        writer.transport.abort()
