@@ -37,17 +37,50 @@ def add_kubernetes_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_lease_arguments(parser: argparse.ArgumentParser, *, what: str) -> None:
-    """--lease-name/--lease-namespace/--identity: only the holder of the Lease may `what`."""
+    """--lease-name/--lease-namespace/--identity and the Lease timings: only the holder may `what`."""
     parser.add_argument("--lease-name", metavar="N", help=f"hold this Lease to {what}")
     parser.add_argument("--lease-namespace", metavar="NS", help="namespace of the Lease")
     parser.add_argument(
         "--identity", metavar="ID", help="this process's Lease identity (default: $POD_NAME, else hostname)"
     )
+    parser.add_argument(
+        "--lease-duration",
+        type=int,
+        default=round(lease.LEASE_DURATION_S),
+        metavar="S",
+        help="whole seconds a holder's claim lasts unrenewed: the failover time after a holder dies "
+        f"(default {lease.LEASE_DURATION_S:g}; the Lease records whole seconds)",
+    )
+    parser.add_argument(
+        "--renew-deadline",
+        type=float,
+        default=lease.RENEW_DEADLINE_S,
+        metavar="S",
+        help="a holder that could not renew for S seconds stops writing; below --lease-duration and "
+        f"above the {api.WRITE_TIMEOUT_S:g} s write timeout (default {lease.RENEW_DEADLINE_S:g})",
+    )
+    parser.add_argument(
+        "--retry-period",
+        type=float,
+        default=lease.RETRY_PERIOD_S,
+        metavar="S",
+        help=f"seconds between renewals and between tries to take the Lease; below --renew-deadline "
+        f"(default {lease.RETRY_PERIOD_S:g})",
+    )
 
 
 def check_lease_arguments(args: argparse.Namespace) -> None:
+    """Refuse Lease flags that pair up wrongly or time out of order, in one line each (exit 2)."""
     if bool(args.lease_name) != bool(args.lease_namespace):
         raise UsageError("--lease-name and --lease-namespace go together")
+    try:
+        lease.check_timings(
+            lease_duration_s=args.lease_duration,
+            renew_deadline_s=args.renew_deadline,
+            retry_period_s=args.retry_period,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def identity(args: argparse.Namespace) -> str:
@@ -59,7 +92,13 @@ def elector(args: argparse.Namespace, api_client: client.ApiClient) -> lease.Lea
     if not args.lease_name:
         return None
     return lease.LeaseElector(
-        api_client, name=args.lease_name, namespace=args.lease_namespace, identity=identity(args)
+        api_client,
+        name=args.lease_name,
+        namespace=args.lease_namespace,
+        identity=identity(args),
+        lease_duration_s=args.lease_duration,
+        renew_deadline_s=args.renew_deadline,
+        retry_period_s=args.retry_period,
     )
 
 

@@ -51,9 +51,9 @@ LEASE_DURATION_S = 15.0
 RENEW_DEADLINE_S = 10.0
 # How often the holder renews and candidates retry.
 RETRY_PERIOD_S = 2.0
-# A loop that has not finished a round for this long is stuck (each round is
-# bounded by two api.WRITE_TIMEOUT_S calls plus one retry period): /livez says so.
-STALL_AFTER_S = 4 * LEASE_DURATION_S
+# A loop that has not finished a round for this many lease durations is stuck (each
+# round is bounded by two api.WRITE_TIMEOUT_S calls plus one retry period): /livez says so.
+STALL_AFTER_LEASES = 4
 
 LEADER = Gauge("preemptctl_leader", "1 while this process holds the Lease.", ["lease"])
 TRANSITIONS = Counter("preemptctl_leader_transitions_total", "Times this process became leader.", ["lease"])
@@ -62,6 +62,31 @@ LEASE_ERRORS = Counter("preemptctl_lease_errors_total", "Failed Lease reads and 
 
 class NotLeader(Exception):
     """A write was about to happen without holding the Lease."""
+
+
+def check_timings(*, lease_duration_s: float, renew_deadline_s: float, retry_period_s: float) -> None:
+    """ValueError, saying which, unless retry period < renew deadline < lease duration, all usable.
+
+    The order is what makes one holder at a time: a holder stops writing at its renew
+    deadline, before any candidate may take over at the lease duration. The renew deadline
+    must also exceed api.WRITE_TIMEOUT_S, or `check()` would never let a write start.
+    """
+    if not retry_period_s > 0:
+        raise ValueError(f"retry period must be positive, got {retry_period_s:g}s")
+    if lease_duration_s != round(lease_duration_s):
+        raise ValueError(
+            f"lease duration must be whole seconds (the Lease records them), got {lease_duration_s:g}s"
+        )
+    if not retry_period_s < renew_deadline_s < lease_duration_s:
+        raise ValueError(
+            f"need retry period < renew deadline < lease duration, got {retry_period_s:g}s, "
+            f"{renew_deadline_s:g}s, {lease_duration_s:g}s"
+        )
+    if not renew_deadline_s > kube.WRITE_TIMEOUT_S:
+        raise ValueError(
+            f"renew deadline {renew_deadline_s:g}s must exceed the {kube.WRITE_TIMEOUT_S:g}s write timeout "
+            "(a write starts only while the Lease outlives it)"
+        )
 
 
 class LeaseElector:
@@ -80,8 +105,11 @@ class LeaseElector:
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = kube.now,
     ) -> None:
-        if not retry_period_s < renew_deadline_s < lease_duration_s:
-            raise ValueError("need retry period < renew deadline < lease duration")
+        check_timings(
+            lease_duration_s=lease_duration_s,
+            renew_deadline_s=renew_deadline_s,
+            retry_period_s=retry_period_s,
+        )
         self._api = client.CoordinationV1Api(api)
         self.name = name
         self.namespace = namespace
@@ -98,6 +126,10 @@ class LeaseElector:
         self._round_at: float | None = None  # monotonic time the loop last finished a round
         self._ended: str | None = None  # why run() ended, when it did other than by cancellation
         LEADER.labels(name).set(0)
+
+    @property
+    def retry_period_s(self) -> float:
+        return self._retry_s
 
     def is_leader(self) -> bool:
         return self.remaining_s() > 0
@@ -123,7 +155,10 @@ class LeaseElector:
         """None while the loop runs and makes rounds; else why not (a /livez check)."""
         if self._ended is not None:
             return self._ended
-        if self._round_at is not None and self._monotonic() - self._round_at > STALL_AFTER_S:
+        if (
+            self._round_at is not None
+            and self._monotonic() - self._round_at > STALL_AFTER_LEASES * self._duration_s
+        ):
             return f"Lease loop made no round for {self._monotonic() - self._round_at:.0f}s"
         return None
 

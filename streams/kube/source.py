@@ -497,7 +497,7 @@ class Source:
                 self._elector.check()
             except lease.NotLeader:
                 return
-            await asyncio.sleep(lease.RETRY_PERIOD_S / 4)
+            await asyncio.sleep(self._elector.retry_period_s / 4)
 
     async def _lead(self, reason: str) -> None:
         """Relist and follow, relisting whenever the watches need it, until cancelled."""

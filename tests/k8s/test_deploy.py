@@ -145,6 +145,7 @@ def manifests(chart_values: dict[str, Any]) -> list[dict[str, Any]]:
 DEFAULTS = values()
 EVERYTHING = values(
     hmacSecret="preemptctl-hmac",
+    lease={"durationSeconds": 30, "renewDeadlineSeconds": 20, "retryPeriodSeconds": 2.5},
     actuator__dryRun=True,
     source__extraArgs=["--namespace=team-a", "--scheduler-name=batch"],
     podAnnotations={"team": "sched"},
@@ -210,6 +211,9 @@ def test_chart_metadata_and_values_schema() -> None:
         values(source__leaseName="Not-A-Name"),
         values(hmacSecret='key" --dry-run'),
         values(image__tag="1.0 --x"),
+        values(lease__durationSeconds=12.5),  # the Lease records whole seconds
+        values(lease__renewDeadlineSeconds=5),  # no room for one 5 s write
+        values(lease__retryPeriodSeconds=0),
     ):
         with pytest.raises(jsonschema.ValidationError):
             validator.validate(bad)
@@ -324,6 +328,13 @@ def test_deployments_run_the_right_component_with_probes(chart_values: dict[str,
         "$(POD_NAME)",
     )
     assert act.dry_run is chart_values["actuator"]["dryRun"]
+    timings = chart_values["lease"]
+    for parsed in (src, act):
+        assert (parsed.lease_duration, parsed.renew_deadline, parsed.retry_period) == (
+            timings["durationSeconds"],
+            timings["renewDeadlineSeconds"],
+            timings["retryPeriodSeconds"],
+        )
     assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container(
         deployments["pc-actuator"]
     )["env"]
