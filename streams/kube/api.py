@@ -53,8 +53,11 @@ REQUEST_TIMEOUT_S = 30.0
 # One write (eviction, delete, patch, Event, Lease renewal). The API server answers a
 # write in milliseconds; one still unanswered after this is abandoned, so it cannot
 # land long after it was started. Lease fencing counts on this bound: a write starts
-# only while the Lease has more than this much validity left (streams.kube.lease).
+# only while the Lease has more than this much validity left (streams.kube.lease), and
+# the server is told the same deadline (see TimedApiClient).
 WRITE_TIMEOUT_S = 5.0
+# HTTP methods that change something: each is sent with the server-side deadline.
+_WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 # Retries after an API error: fast enough to ride out an API server restart,
 # slow enough not to hammer an overloaded one (client-go's informers back off
@@ -102,6 +105,15 @@ class TimedApiClient(client.ApiClient):
 
     Every generated method (read_namespaced_pod, create_namespaced_pod_eviction, ...)
     passes through `request`, so this one override covers every call the edge makes.
+
+    A write also carries its timeout to the server as `?timeout=`: kube-apiserver then
+    abandons the request that long after receiving it (a 504; admission webhooks and
+    storage see the same deadline) instead of after its own --request-timeout (60 s).
+    The client's timeout alone does not bound when a write lands: a process frozen
+    (SIGSTOP, a paused VM or container) while its write waits in the server (a slow
+    admission webhook, priority-and-fairness queues, a slow etcd) cannot give up or
+    close the connection, and without the server's deadline the write would land when
+    the server gets to it, after the Lease has passed to another process.
     """
 
     def request(
@@ -115,6 +127,9 @@ class TimedApiClient(client.ApiClient):
         _preload_content: bool = True,
         _request_timeout: Any = None,
     ) -> Any:
+        bound = _request_timeout or timeout()
+        if method in _WRITE_METHODS and isinstance(bound, aiohttp.ClientTimeout) and bound.total:
+            query_params = [*(query_params or ()), ("timeout", f"{bound.total:g}s")]
         return super().request(
             method,
             url,
@@ -123,7 +138,7 @@ class TimedApiClient(client.ApiClient):
             post_params=post_params,
             body=body,
             _preload_content=_preload_content,
-            _request_timeout=_request_timeout or timeout(),
+            _request_timeout=bound,
         )
 
 

@@ -8,6 +8,7 @@ kubeconfig file) and the embedded broker, is watched through its /readyz and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 import time
@@ -54,24 +55,30 @@ def kubeconfig(tmp_path: Path, api: client.ApiClient) -> Path:
 
 
 @asynccontextmanager
-async def command(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", MAIN, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    try:
-        yield process
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+async def command(*args: str, log: Path | None = None) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The command in a child process; its stderr goes to `log` when given (a long run's logs
+    would fill a pipe nobody reads, and the child would block on it), else to a pipe."""
+    with contextlib.ExitStack() as files:
+        stderr = files.enter_context(log.open("wb")) if log else asyncio.subprocess.PIPE
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", MAIN, *args, stdout=asyncio.subprocess.DEVNULL, stderr=stderr
+        )
+        try:
+            yield process
+        finally:
+            if process.returncode is None:
+                process.kill()  # SIGKILL ends a stopped (SIGSTOP) child too
+                await process.wait()
 
 
 async def metric(port: int, name: str) -> float:
+    """The sum of a metric's samples over all its labels."""
+    total = 0.0
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as response:
         for line in (await response.text()).splitlines():
             if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
+                total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 async def until(check: Callable[[], object], what: str, process: asyncio.subprocess.Process) -> None:
@@ -93,11 +100,17 @@ async def ready(port: int) -> bool:
         return response.status == 200
 
 
-async def stop(process: asyncio.subprocess.Process) -> str:
+async def stop(process: asyncio.subprocess.Process, log: Path | None = None) -> str:
+    """SIGTERM, as a kubelet stops a container: a clean exit (0); returns what it logged."""
     process.send_signal(signal.SIGTERM)
-    _, stderr = await asyncio.wait_for(process.communicate(), START_TIMEOUT_S)
-    assert process.returncode == 0, stderr.decode()[-3000:]
-    return stderr.decode()
+    try:
+        _, stderr = await asyncio.wait_for(process.communicate(), START_TIMEOUT_S)
+    except TimeoutError:
+        logged = log.read_text(errors="replace")[-3000:] if log else ""
+        raise AssertionError(f"no exit {START_TIMEOUT_S:g}s after SIGTERM\n{logged}") from None
+    logged = log.read_text(errors="replace") if log else stderr.decode()
+    assert process.returncode == 0, logged[-3000:]
+    return logged
 
 
 async def test_source_command(served: tuple[FakeApi, client.ApiClient], tansu: str, tmp_path: Path) -> None:

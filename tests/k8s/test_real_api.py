@@ -11,20 +11,28 @@ test). Network faults come from a TCP proxy in front of the server
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
+import signal
 import subprocess
 import time
+import urllib.error
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, cast
 
 import orjson
 import pytest
+from aiokafka import AIOKafkaProducer
 from kubernetes_asyncio import client
 
 from schemas import chain
-from schemas.records import VictimRecord
+from schemas.records import DECISIONS, VictimRecord
+from streams.brokers.process import free_loopback_port
+from streams.kafka import topics as kafka_topics
 from streams.kafka.sink import MemorySink
 from streams.kube import api as kube
 from streams.kube import eviction, lease, source
@@ -33,6 +41,8 @@ from streams.kube.ledger import Ledger
 from tests.k8s import cluster
 from tests.k8s.conftest import CHART
 from tests.k8s.proxy import FaultProxy
+from tests.k8s.test_commands import command, metric, stop
+from tests.k8s.webhook import HoldingWebhook
 
 KEY = b"test-hmac-key"
 ORIGIN = Origin("preemption.decisions", 0, 1)
@@ -151,11 +161,13 @@ def victim(obj: dict[str, Any], action: str) -> VictimRecord:
     return cast(VictimRecord, record)
 
 
-def decision(preemptor: dict[str, Any], victims: list[VictimRecord], decision_id: str) -> bytes:
+def decision(
+    preemptor: dict[str, Any], victims: list[VictimRecord], decision_id: str, *, cluster_name: str = "default"
+) -> bytes:
     record: dict[str, Any] = {
         "v": 1,
         "id": decision_id,
-        "cluster": "default",
+        "cluster": cluster_name,
         "seq": 1,
         "ts": "2026-01-01T00:00:00Z",
         "flow": "default",
@@ -536,6 +548,169 @@ async def test_every_call_has_a_timeout(kube_cluster: cluster.TestCluster) -> No
             await asyncio.wait_for(core.read_namespaced_pod("x", "default"), kube.REQUEST_TIMEOUT_S + 10)
         assert time.monotonic() - started < kube.REQUEST_TIMEOUT_S + 2
         proxy.resume()
+
+
+# ---- two actuator processes, the leader frozen ------------------------------------------------
+
+# Lease timings of the two processes: a takeover ~13 s after the leader's last renewal instead of
+# ~17 s, with margins like the defaults' (each renewal leaves 4 s to start writes in, and 3 s pass
+# between the holder's renew deadline and anyone's takeover).
+FAILOVER_LEASE = ("--lease-duration", "12", "--renew-deadline", "9", "--retry-period", "1")
+# One step of the failover: a process starts and joins the consumer group (tansu's join alone takes
+# about half the 10 s session timeout), or a successor waits out the Lease and the frozen member's
+# session, then joins; a loaded CI machine gets several times what it takes here (~20 s).
+FAILOVER_STEP_TIMEOUT_S = 90.0
+WRITE_VERBS = ("create", "update", "patch", "delete")
+WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+
+
+def moment(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def actuator_lease(kube_cluster: cluster.TestCluster) -> dict[str, Any]:
+    """The actuators' Lease spec; empty before anyone created it."""
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{cluster.NAMESPACE}/leases/preemptctl-actuator"
+    try:
+        return cast(dict[str, Any], kube_cluster.request("GET", lease_path)["spec"])
+    except urllib.error.HTTPError as exc:
+        if exc.code != 404:
+            raise
+        return {}
+
+
+async def eventually(check: Callable[[], Any], what: str, *logs: Path) -> Any:
+    """Poll `check` until it returns something true; fail saying what, with the processes' logs.
+
+    A plain function runs in a thread: its blocking calls to the API server must not stall this
+    event loop, which serves the webhook the API server may be calling meanwhile.
+    """
+    deadline = time.monotonic() + FAILOVER_STEP_TIMEOUT_S
+    while not (found := await (check() if inspect.iscoroutinefunction(check) else asyncio.to_thread(check))):
+        if time.monotonic() > deadline:
+            tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in logs)
+            raise AssertionError(f"timed out waiting for {what}\n{tails}")
+        await asyncio.sleep(0.2)
+    return found
+
+
+async def webhook_serving(kube_cluster: cluster.TestCluster, webhook: HoldingWebhook, ns: str) -> None:
+    """Wait until kube-apiserver calls the webhook (its registrations reach it through an informer)."""
+
+    def probed() -> bool:
+        with contextlib.suppress(urllib.error.HTTPError):  # 404: no such pod, after admission
+            kube_cluster.request(
+                "POST", f"/api/v1/namespaces/{ns}/pods/probe/eviction",
+                {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "probe"}},
+            )  # fmt: skip
+        return any(r.get("name") == "probe" for r in webhook.reviews)
+
+    await eventually(probed, "the webhook to be called")
+
+
+async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
+    kube_cluster: cluster.TestCluster, ns: str, tansu: str, tmp_path: Path
+) -> None:
+    """Two `preemptctl actuator` processes, each as its own ServiceAccount token, contend for the
+    Lease. The leader is frozen (SIGSTOP) while its eviction waits inside the API server (a slow
+    admission webhook); the other takes the Lease over and acts; then the frozen one is woken
+    (SIGCONT). The audit log must show no write of the frozen process after the takeover: the
+    server gives its in-flight write up at the write's deadline (?timeout=, api.TimedApiClient),
+    which the frozen client cannot do by closing its connection, and once awake its Lease check
+    lets no further write start."""
+    _, _, openssl = cluster.prerequisites()
+    high = kube_cluster.apply(pod("high", ns))
+    evicted = kube_cluster.apply(pod("v-evict", ns, node_name="n1"))
+    deleted = kube_cluster.apply(pod("v-delete", ns, node_name="n1"))
+    key_file = tmp_path / "hmac.key"
+    key_file.write_bytes(KEY)
+    await kafka_topics.ensure_topics(tansu)
+    frozen_uid, successor_uid = cluster.IDENTITIES["actuator"][1], cluster.IDENTITIES["actuator-b"][1]
+    logs = {name: tmp_path / f"actuator-{name}.log" for name in ("a", "b")}
+    ports = {name: free_loopback_port() for name in ("a", "b")}
+
+    def argv(name: str, token: str) -> list[str]:
+        return [
+            "actuator", "--broker", f"kafka://{tansu}", "--cluster", ns, "--group-id", f"actuator-{ns}",
+            "--hmac-key-file", str(key_file), "--lease-name", "preemptctl-actuator",
+            "--lease-namespace", cluster.NAMESPACE, *FAILOVER_LEASE, "--identity", f"actuator-{name}",
+            "--kubeconfig", str(kube_cluster.kubeconfig(token)),
+            "--health-host", "127.0.0.1", "--health-port", str(ports[name]),
+        ]  # fmt: skip
+
+    async with HoldingWebhook(tmp_path, openssl) as webhook:
+        kube_cluster.request("POST", WEBHOOKS, webhook.configuration(f"hold-{ns}", ns))
+        try:
+            await webhook_serving(kube_cluster, webhook, ns)
+            webhook.hold(frozen_uid)
+            async with command(*argv("a", "actuator"), log=logs["a"]) as leader:
+                await eventually(
+                    lambda: actuator_lease(kube_cluster).get("holderIdentity") == "actuator-a",
+                    "a to lead",
+                    logs["a"],
+                )
+                async with command(*argv("b", "actuator-b"), log=logs["b"]) as successor:
+                    producer = AIOKafkaProducer(bootstrap_servers=tansu, acks="all")
+                    await producer.start()
+                    try:
+                        record = decision(
+                            high, [victim(evicted, "evict"), victim(deleted, "delete")], f"{ns}/1/high",
+                            cluster_name=ns,
+                        )  # fmt: skip
+                        await producer.send_and_wait(DECISIONS, record, key=ns.encode())
+                    finally:
+                        await producer.stop()
+                    await asyncio.wait_for(webhook.arrived.wait(), FAILOVER_STEP_TIMEOUT_S)
+                    leader.send_signal(signal.SIGSTOP)  # its eviction is inside the API server now
+                    try:
+                        await eventually(
+                            lambda: actuator_lease(kube_cluster).get("holderIdentity") == "actuator-b",
+                            "b to take the Lease over", logs["b"],
+                        )  # fmt: skip
+                        spec = actuator_lease(kube_cluster)
+                        takeover = moment(spec["acquireTime"])
+                        webhook.release()  # the server gets to the frozen process's eviction only now
+
+                        async def acted() -> bool:
+                            return await metric(ports["b"], "preemptctl_actuator_outcomes_total") >= 2
+
+                        await eventually(acted, "b to act", logs["b"])
+                    finally:
+                        leader.send_signal(signal.SIGCONT)
+                    # Awake, it finds its Lease gone on its own clock and starts nothing.
+                    await eventually(
+                        lambda: "pausing until the Lease is held again" in logs["a"].read_text(),
+                        "a to notice it lost the Lease", logs["a"],
+                    )  # fmt: skip
+                    await stop(successor, logs["b"])
+                await stop(leader, logs["a"])
+        finally:
+            kube_cluster.request("DELETE", f"{WEBHOOKS}/hold-{ns}")
+
+    def writes(uid: str) -> list[dict[str, Any]]:
+        return [
+            e for e in kube_cluster.audit()
+            if e["user"].get("uid") == uid and e["verb"] in WRITE_VERBS
+            and e["objectRef"].get("namespace") == ns and e["objectRef"].get("name") != "probe"
+        ]  # fmt: skip
+
+    late = [
+        f"{e['verb']} {e['requestURI']} -> {e['responseStatus']['code']} at {e['stageTimestamp']}"
+        for e in writes(frozen_uid)
+        if moment(e["requestReceivedTimestamp"]) >= takeover
+        or (e["responseStatus"]["code"] < 400 and moment(e["stageTimestamp"]) >= takeover)
+    ]
+    assert not late, f"the frozen actuator wrote after its successor took over at {takeover}: {late}"
+    # How: the server gave the in-flight eviction up at its deadline, before anyone else could lead.
+    (cut,) = [e for e in writes(frozen_uid) if e["objectRef"].get("subresource") == "eviction"]
+    assert cut["responseStatus"]["code"] == 504 and moment(cut["stageTimestamp"]) < takeover
+    done = {
+        (e["verb"], e["objectRef"]["name"], e["objectRef"].get("subresource"))
+        for e in writes(successor_uid)
+        if e["responseStatus"]["code"] < 300
+    }
+    assert {("create", "v-evict", "eviction"), ("delete", "v-delete", None)} <= done
+    assert spec["leaseTransitions"] >= 1
 
 
 # ---- the source ----------------------------------------------------------------------------
