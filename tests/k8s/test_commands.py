@@ -146,10 +146,12 @@ async def test_actuator_command(served: tuple[FakeApi, client.ApiClient], tansu:
     producer = AIOKafkaProducer(bootstrap_servers=tansu, acks="all")
     await producer.start()
     try:
-        value = orjson.dumps(decision(pods, [victim(pods["v-evict"], "evict")], decision_id="cmd/1/high"))
+        value = orjson.dumps(
+            decision(pods["high"], [victim(pods["v-evict"], "evict")], decision_id="cmd/1/high")
+        )
         await producer.send_and_wait(DECISIONS, value, key=b"default")
         forged = orjson.dumps(
-            decision(pods, [victim(pods["v-delete"], "delete")], key=b"wrong", decision_id="x")
+            decision(pods["high"], [victim(pods["v-delete"], "delete")], key=b"wrong", decision_id="x")
         )
         await producer.send_and_wait(DECISIONS, forged, key=b"default")
     finally:

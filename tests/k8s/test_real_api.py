@@ -17,6 +17,7 @@ import signal
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -29,31 +30,24 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from kubernetes_asyncio import client
 
-from schemas import chain
 from schemas.records import DECISIONS, VictimRecord
 from streams.brokers.process import free_loopback_port
 from streams.kafka import topics as kafka_topics
 from streams.kafka.sink import MemorySink
 from streams.kube import api as kube
 from streams.kube import eviction, lease, source
-from streams.kube.actuator import Actuator, Origin
+from streams.kube.actuator import Actuator
 from streams.kube.ledger import Ledger
 from tests.k8s import cluster
+from tests.k8s import test_actuator as actuator_tests
 from tests.k8s.conftest import CHART
 from tests.k8s.proxy import FaultProxy
+from tests.k8s.test_actuator import FAST, KEY, ORIGIN, victim
 from tests.k8s.test_commands import command, metric, stop
+from tests.k8s.test_source import fast_backoff
+from tests.k8s.test_source import running as running_source
 from tests.k8s.webhook import HoldingWebhook
 
-KEY = b"test-hmac-key"
-ORIGIN = Origin("preemption.decisions", 0, 1)
-FAST = eviction.RetryPolicy(
-    eviction_attempts=3,
-    eviction_backoff_initial_s=0.05,
-    eviction_backoff_max_s=0.1,
-    transient_attempts=2,
-    transient_backoff_initial_s=0.05,
-    transient_backoff_max_s=0.1,
-)
 STEP_TIMEOUT_S = 20.0
 NO_TICKS = 3600.0
 COMPONENT_USERS = {user for name, (user, _, _) in cluster.IDENTITIES.items() if name != "admin"}
@@ -148,40 +142,11 @@ def get_pod(kube_cluster: cluster.TestCluster, namespace: str, name: str) -> dic
         raise
 
 
-def victim(obj: dict[str, Any], action: str) -> VictimRecord:
-    meta = obj["metadata"]
-    record = {
-        "uid": meta["uid"],
-        "namespace": meta["namespace"],
-        "name": meta["name"],
-        "node": "n1",
-        "priority": 0,
-        "action": action,
-    }
-    return cast(VictimRecord, record)
-
-
 def decision(
-    preemptor: dict[str, Any], victims: list[VictimRecord], decision_id: str, *, cluster_name: str = "default"
+    preemptor: dict[str, Any], victims: list[VictimRecord], decision_id: str, **fields: Any
 ) -> bytes:
-    record: dict[str, Any] = {
-        "v": 1,
-        "id": decision_id,
-        "cluster": cluster_name,
-        "seq": 1,
-        "ts": "2026-01-01T00:00:00Z",
-        "flow": "default",
-        "preemptor": f"{preemptor['metadata']['namespace']}/{preemptor['metadata']['name']}",
-        "preemptorUid": preemptor["metadata"]["uid"],
-        "outcome": "preempt",
-        "node": "n1",
-        "victims": victims,
-        "reason": "preempting lower-priority pods",
-        "explanation": {},
-        "configHash": "cfg",
-        "engineVersion": "test",
-    }
-    return orjson.dumps(chain.seal(record, chain.GENESIS, KEY))
+    """A sealed decision record, as the worker writes it, for a real preemptor and real victims."""
+    return orjson.dumps(actuator_tests.decision(preemptor, victims, decision_id=decision_id, **fields))
 
 
 def make_actuator(
@@ -281,7 +246,7 @@ async def test_delete_evict_label_nominate_and_events(
         victim(pods["v-evict"], "evict"),
         victim(pods["v-label"], "label"),
     ]
-    await act.handle(decision(high, victims, f"default/1/{ns}"), key=b"default", origin=ORIGIN)
+    written = await act.handle(decision(high, victims, f"default/1/{ns}"), key=b"default", origin=ORIGIN)
 
     found = results(sink)
     assert {n: (r["result"], r["attempts"]) for n, r in found.items()} == {
@@ -289,6 +254,20 @@ async def test_delete_evict_label_nominate_and_events(
         "v-evict": ("done", 1),
         "v-label": ("done", 1),
     }
+    # Each outcome is keyed by its victim's uid (one outcome per victim, whatever the decision).
+    assert [r.key for r in sink.on("preemption.evictions")] == [r["victim"]["uid"].encode() for r in written]
+    # The preemptor is nominated first; a delete sets DisruptionTarget before deleting, as kube-scheduler.
+    writes = [
+        (e["objectRef"]["name"], e["objectRef"].get("subresource"), e["verb"])
+        for e in sorted(kube_cluster.audit(), key=lambda e: e["requestReceivedTimestamp"])
+        if e.get("objectRef", {}).get("namespace") == ns and e["user"]["uid"] == "actuator-a"
+        and e["objectRef"].get("resource") == "pods" and e["verb"] != "get"
+    ]  # fmt: skip
+    assert writes[0] == ("high", "status", "patch")
+    assert [w for w in writes if w[0] == "v-delete"] == [
+        ("v-delete", "status", "patch"),
+        ("v-delete", None, "delete"),
+    ]
     deleted = get_pod(kube_cluster, ns, "v-delete")
     assert (
         deleted is not None and deleted["metadata"]["deletionGracePeriodSeconds"] == 17
@@ -299,6 +278,12 @@ async def test_delete_evict_label_nominate_and_events(
     assert evicted is not None and evicted["metadata"].get("deletionTimestamp")
     labelled = get_pod(kube_cluster, ns, "v-label")
     assert labelled is not None and labelled["metadata"]["labels"][eviction.SOFT_EVICTION] == "true"
+    assert orjson.loads(labelled["metadata"]["annotations"][eviction.SOFT_EVICTION]) == {
+        "preemptJob": "",
+        "preemptor": f"{ns}/high",
+        "decisionId": f"default/1/{ns}",
+        "reason": "preempting lower-priority pods",
+    }
     assert get_pod(kube_cluster, ns, "high")["status"]["nominatedNodeName"] == "n1"  # type: ignore[index]
     # Events as kube-scheduler writes them, through events.k8s.io/v1.
     events = {
@@ -355,41 +340,73 @@ async def test_eviction_answers_of_real_pdbs(
     assert [(w["type"], w["reason"]) for w in warning] == [("Warning", "PreemptionBlocked")]
 
 
-async def test_a_recreated_pod_is_never_touched(
+async def test_a_pod_recreated_between_read_and_write_is_never_touched(
     kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str
 ) -> None:
-    """The write's uid precondition (delete: 409) or uid in the patch (label: 422) refuses a new pod."""
+    """Each pod is replaced (same name, new uid) after the actuator read it and before its write: the
+    write's uid precondition (eviction: 409) or the uid in its patch (status, labels: 422) refuses
+    the new pod, and the victim's outcome is uid-changed. A recreated preemptor stops its decision."""
     high = kube_cluster.apply(pod("high", ns))
-    old = {n: kube_cluster.apply(pod(n, ns, node_name="n1")) for n in ("d", "l")}
-    actions = eviction.Actions(as_actuator, identity="t", retry=FAST)
-    for name in ("d", "l"):  # replaced after the decision, before the write: the read is skipped
-        kube_cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", gracePeriodSeconds="0")
-        kube_cluster.apply(pod(name, ns, node_name="n1"))
-    core = client.CoreV1Api(as_actuator)
-    with pytest.raises(client.ApiException) as refused_delete:
-        await core.delete_namespaced_pod(
-            "d",
-            ns,
-            body=client.V1DeleteOptions(
-                preconditions=client.V1Preconditions(uid=old["d"]["metadata"]["uid"])
-            ),
-        )
-    assert refused_delete.value.status == 409
-    with pytest.raises(client.ApiException) as refused_patch:
-        await core.patch_namespaced_pod(
-            "l", ns, {"metadata": {"uid": old["l"]["metadata"]["uid"], "labels": {"x": "y"}}}
-        )
-    assert refused_patch.value.status == 422
-    # Through the actuator: both classified as uid-changed, the new pods untouched.
-    for name, action in (("d", "delete"), ("l", "label")):
-        outcome = await actions._write_failed(
-            refused_delete.value if action == "delete" else refused_patch.value, victim(old[name], action), 1
-        )
-        assert outcome.result == "uid-changed"
+    old = {n: kube_cluster.apply(pod(n, ns, node_name="n1")) for n in ("e", "d", "l", "x")}
+
+    def replace_once(name: str) -> Callable[[], None]:
+        """A guard (it runs before each write) that replaces `name` the first time it runs."""
+        replaced: list[str] = []
+
+        def guard() -> None:
+            if not replaced:
+                kube_cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", gracePeriodSeconds="0")
+                replaced.append(kube_cluster.apply(pod(name, ns, node_name="n1"))["metadata"]["uid"])
+
+        return guard
+
+    found: dict[str, dict[str, Any]] = {}
+    for name, action in (("e", "evict"), ("d", "delete"), ("l", "label")):
+        act, sink = make_actuator(as_actuator, guard=replace_once(name))
+        record = decision(
+            high, [victim(old[name], action)], f"default/r-{name}/{ns}", node=""
+        )  # no nomination
+        await act.handle(record, key=None, origin=ORIGIN)
+        found |= results(sink)
+    # The preemptor replaced between its read and its nomination: no victim is touched.
+    act, sink = make_actuator(as_actuator, guard=replace_once("high"))
+    await act.handle(
+        decision(high, [victim(old["x"], "evict")], f"default/r-x/{ns}"), key=None, origin=ORIGIN
+    )
+    found |= results(sink)
+    assert {n: r["result"] for n, r in found.items()} == {
+        "e": "uid-changed",
+        "d": "uid-changed",
+        "l": "uid-changed",
+        "x": "error",
+    }
+    assert "was recreated" in found["x"]["message"] and "no victim was touched" in found["x"]["message"]
+    refusals = sorted(
+        (e["objectRef"]["name"], e["objectRef"].get("subresource"), e["responseStatus"]["code"])
+        for e in kube_cluster.audit()
+        if e.get("objectRef", {}).get("namespace") == ns and e["user"]["uid"] == "actuator-a"
+        and e["verb"] in ("create", "patch", "delete")
+    )  # fmt: skip
+    assert refusals == [
+        ("d", "status", 422),
+        ("e", "eviction", 409),
+        ("high", "status", 422),
+        ("l", None, 422),
+    ]
+    for name in ("e", "d", "l", "x"):
         held = get_pod(kube_cluster, ns, name)
         assert held is not None and not held["metadata"].get("deletionTimestamp")
         assert eviction.SOFT_EVICTION not in (held["metadata"].get("labels") or {})
-    del high
+    # A delete's precondition answers 409 (the actuator reads the pod again and finds out why).
+    with pytest.raises(client.ApiException) as refused_delete:
+        await client.CoreV1Api(as_actuator).delete_namespaced_pod(
+            "x",
+            ns,
+            body=client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(uid=old["e"]["metadata"]["uid"])
+            ),
+        )
+    assert refused_delete.value.status == 409
 
 
 async def test_dry_run_writes_nothing(
@@ -404,10 +421,21 @@ async def test_dry_run_writes_nothing(
     before = {n: get_pod(kube_cluster, ns, n)["metadata"]["resourceVersion"] for n in (*pods, "high")}  # type: ignore[index]
     victims = [victim(pods["a"], "delete"), victim(pods["b"], "evict"), victim(pods["c"], "label")]
     await act.handle(decision(high, victims, f"default/3/{ns}"), key=None, origin=ORIGIN)
-    assert {r["result"] for r in results(sink).values()} == {"done"}
+    assert {(r["result"], r.get("dryRun")) for r in results(sink).values()} == {("done", True)}
     after = {n: get_pod(kube_cluster, ns, n)["metadata"]["resourceVersion"] for n in (*pods, "high")}  # type: ignore[index]
     assert after == before
     assert kube_cluster.request("GET", f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"] == []
+    # The writes were sent and admitted, only not persisted: nomination, status, delete, eviction, label.
+    sent = [
+        e for e in kube_cluster.audit()
+        if e.get("objectRef", {}).get("namespace") == ns and e["user"]["uid"] == "actuator-a"
+        and e["verb"] != "get"
+    ]  # fmt: skip
+    assert len(sent) >= 5 and all(e["responseStatus"]["code"] < 300 for e in sent)
+    # A dry run's outcomes never stand in for the real actuator's, nor the other way round.
+    real, _ = make_actuator(as_actuator)
+    assert real.recover(r.value for r in sink.on("preemption.evictions")) == 0
+    assert act.recover(r.value for r in sink.on("preemption.evictions")) == 3
 
 
 # ---- the Lease -----------------------------------------------------------------------------
@@ -649,13 +677,14 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
                     "a to lead",
                     logs["a"],
                 )
+                transitions = actuator_lease(kube_cluster).get("leaseTransitions", 0)
                 async with command(*argv("b", "actuator-b"), log=logs["b"]) as successor:
                     producer = AIOKafkaProducer(bootstrap_servers=tansu, acks="all")
                     await producer.start()
                     try:
                         record = decision(
                             high, [victim(evicted, "evict"), victim(deleted, "delete")], f"{ns}/1/high",
-                            cluster_name=ns,
+                            cluster=ns,
                         )  # fmt: skip
                         await producer.send_and_wait(DECISIONS, record, key=ns.encode())
                     finally:
@@ -691,7 +720,7 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
         return [
             e for e in kube_cluster.audit()
             if e["user"].get("uid") == uid and e["verb"] in WRITE_VERBS
-            and e["objectRef"].get("namespace") == ns and e["objectRef"].get("name") != "probe"
+            and e.get("objectRef", {}).get("namespace") == ns and e["objectRef"].get("name") != "probe"
         ]  # fmt: skip
 
     late = [
@@ -710,30 +739,12 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
         if e["responseStatus"]["code"] < 300
     }
     assert {("create", "v-evict", "eviction"), ("delete", "v-delete", None)} <= done
-    assert spec["leaseTransitions"] >= 1
+    # ... and wrote nothing while it was a standby.
+    assert not [e for e in writes(successor_uid) if moment(e["requestReceivedTimestamp"]) < takeover]
+    assert spec["leaseTransitions"] == transitions + 1
 
 
 # ---- the source ----------------------------------------------------------------------------
-
-
-def fast_backoff() -> kube.Backoff:
-    return kube.Backoff(initial_s=0.05, max_s=0.2, jitter=0.0)
-
-
-@asynccontextmanager
-async def running_source(
-    api: client.ApiClient, sink: MemorySink, **kwargs: Any
-) -> AsyncIterator[source.Source]:
-    kwargs.setdefault("tick_seconds", NO_TICKS)
-    kwargs.setdefault("backoff", fast_backoff)
-    src = source.Source(api, sink, **kwargs)
-    task = asyncio.create_task(src.run())
-    try:
-        await asyncio.wait_for(src.ready.wait(), STEP_TIMEOUT_S)
-        yield src
-    finally:
-        src.stop()
-        await asyncio.wait_for(task, STEP_TIMEOUT_S)
 
 
 def events_of(sink: MemorySink) -> list[dict[str, Any]]:
@@ -793,12 +804,62 @@ async def test_keep_managed_fields_keeps_them(
     assert kept["object"]["metadata"]["managedFields"]
 
 
+# The source's watches in the bookmark test end after this long: the watch cache sends a BOOKMARK
+# 2 s before a watch's timeoutSeconds (and otherwise once a minute, too slow for a test).
+BOOKMARK_WATCH_TIMEOUT_S = 4
+
+
+async def test_bookmarks_move_the_version_and_write_nothing(
+    kube_cluster: cluster.TestCluster, as_source: client.ApiClient, ns: str
+) -> None:
+    """PDBs are served from the watch cache (pods are not, cluster.py), which sends bookmarks. A PDB
+    created in another namespace moves the cache's version on, but is no event of this namespace's
+    watch: only a BOOKMARK carries that version, and the watch resumes from it when the server ends
+    it, with nothing written and no relist."""
+    other = f"{ns}-other"
+    kube_cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
+    sink = MemorySink()
+    before = len(kube_cluster.audit("ResponseStarted"))
+    resyncs = sum(s.value for s in source.RESYNCS.collect()[0].samples if s.name.endswith("_total"))
+    async with running_source(
+        as_source, sink, scope=source.Scope(namespaces=(ns,)), watch_timeout_s=BOOKMARK_WATCH_TIMEOUT_S
+    ):
+        elsewhere = kube_cluster.apply(pdb("elsewhere", other, "x", allowed=1))
+        version = int(elsewhere["metadata"]["resourceVersion"])
+
+        def pdb_watches() -> list[dict[str, str]]:
+            return [
+                dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(e["requestURI"]).query))
+                for e in kube_cluster.audit("ResponseStarted")[before:]
+                if e["user"]["username"] == cluster.service_account("pc-source") and e["verb"] == "watch"
+                and e["objectRef"]["resource"] == "poddisruptionbudgets"
+            ]  # fmt: skip
+
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while not [w for w in pdb_watches() if int(w["resourceVersion"]) >= version]:
+            assert time.monotonic() < deadline, (
+                f"no watch resumed from a bookmark at {version}: {pdb_watches()}"
+            )
+            await asyncio.sleep(0.2)
+    first, *resumed = pdb_watches()
+    assert first["allowWatchBookmarks"] == "true" and int(first["resourceVersion"]) < version
+    assert resumed and all(w["allowWatchBookmarks"] == "true" for w in resumed)
+    events = events_of(sink)
+    assert [e["type"] for e in events].count("RESYNC") == 1 and "BOOKMARK" not in {e["type"] for e in events}
+    assert not [e for e in events if e.get("object", {}).get("kind") == "PodDisruptionBudget"]
+    assert (
+        sum(s.value for s in source.RESYNCS.collect()[0].samples if s.name.endswith("_total")) == resyncs + 1
+    )
+
+
 async def test_410_after_compaction_relists_with_tombstones(
     kube_cluster: cluster.TestCluster, ns: str
 ) -> None:
-    """A partition (a pod deleted, etcd compacted): a resumed watch gets 410, a relist the tombstone."""
+    """A partition (pods deleted, one recreated under its name, etcd compacted): a resumed watch gets
+    410, and a relist writes RESYNC, the ADDED run, then a tombstone for each uid that vanished."""
     kube_cluster.apply(pod("stays", ns, node_name="n1"))
     gone = kube_cluster.apply(pod("gone", ns, node_name="n1"))
+    reused = kube_cluster.apply(pod("reused", ns, node_name="n1"))
     sink = MemorySink()
     resyncs = source.RESYNCS.labels("expired")._value.get()
     async with (
@@ -806,20 +867,36 @@ async def test_410_after_compaction_relists_with_tombstones(
         running_source(api, sink, scope=source.Scope(namespaces=(ns,))),
     ):
         proxy.hang()
-        kube_cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/gone", gracePeriodSeconds="0")
-        kube_cluster.apply(pod("new", ns, node_name="n1"))
+        for name in ("gone", "reused"):
+            kube_cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", gracePeriodSeconds="0")
+        renewed = kube_cluster.apply(pod("reused", ns, node_name="n1"))  # same name, new uid
+        new = kube_cluster.apply(pod("new", ns, node_name="n1"))
         kube_cluster.compact()
         proxy.resume()
         proxy.drop()  # the watches reconnect from versions etcd no longer has
-        events = await until(
-            sink, lambda ev: "DELETED" in pod_events(ev, "gone") and "ADDED" in pod_events(ev, "new")
-        )
+        await until(sink, lambda ev: "DELETED" in pod_events(ev, "gone") and "ADDED" in pod_events(ev, "new"))
+        kube_cluster.apply(pod("after", ns, node_name="n1"))  # the relist's watches follow on
+        events = await until(sink, lambda ev: "ADDED" in pod_events(ev, "after"))
     assert source.RESYNCS.labels("expired")._value.get() == resyncs + 1
     assert [e["type"] for e in events].count("RESYNC") == 2
-    (tombstone,) = [e for e in events if e["type"] == "DELETED"]
-    assert tombstone["object"]["metadata"]["uid"] == gone["metadata"]["uid"]
     second = max(i for i, e in enumerate(events) if e["type"] == "RESYNC")
-    assert events.index(tombstone) > second and pod_events(events[second:], "stays") == ["ADDED"]
+    # Nothing of the gap leaked out before the relist.
+    assert not [e for e in events[:second] if e["type"] == "DELETED" or "new" in pod_events([e], "new")]
+    relist = [e for e in events[second + 1 :] if e.get("object", {}).get("kind") == "Pod"]
+    added = [e["object"]["metadata"]["uid"] for e in relist if e["type"] == "ADDED"]
+    tombstones = [e for e in relist if e["type"] == "DELETED"]
+    # The relist: stays, reused (its new uid) and new, then the two tombstones, then what follows.
+    assert [e["type"] for e in relist][:5] == ["ADDED"] * 3 + ["DELETED"] * 2
+    assert sorted(e["object"]["metadata"]["uid"] for e in tombstones) == sorted(
+        [gone["metadata"]["uid"], reused["metadata"]["uid"]]
+    )
+    assert renewed["metadata"]["uid"] in added and reused["metadata"]["uid"] not in added
+    # Tombstones carry the relist's version: newer than anything before the gap, so a fold applies them.
+    for tombstone in tombstones:
+        assert int(tombstone["object"]["metadata"]["resourceVersion"]) >= int(
+            new["metadata"]["resourceVersion"]
+        )
+    assert pod_events(events[second:], "stays") == ["ADDED"]
 
 
 async def test_only_the_lease_holder_writes_the_log(
