@@ -663,6 +663,7 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
             "--hmac-key-file", str(key_file), "--lease-name", "preemptctl-actuator",
             "--lease-namespace", cluster.NAMESPACE, *FAILOVER_LEASE, "--identity", f"actuator-{name}",
             "--kubeconfig", str(kube_cluster.kubeconfig(token)),
+            "--ledger-file", str(tmp_path / f"{name}.jsonl"),
             "--health-host", "127.0.0.1", "--health-port", str(ports[name]),
         ]  # fmt: skip
 
@@ -687,6 +688,14 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
                             cluster=ns,
                         )  # fmt: skip
                         await producer.send_and_wait(DECISIONS, record, key=ns.encode())
+                        forged = actuator_tests.decision(
+                            high,
+                            [victim(deleted, "delete")],
+                            decision_id=f"{ns}/2/high",
+                            cluster=ns,
+                            key=b"wrong",
+                        )
+                        await producer.send_and_wait(DECISIONS, orjson.dumps(forged), key=ns.encode())
                     finally:
                         await producer.stop()
                     await asyncio.wait_for(webhook.arrived.wait(), FAILOVER_STEP_TIMEOUT_S)
@@ -701,9 +710,13 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
                         webhook.release()  # the server gets to the frozen process's eviction only now
 
                         async def acted() -> bool:
-                            return await metric(ports["b"], "preemptctl_actuator_outcomes_total") >= 2
+                            return (
+                                await metric(ports["b"], "preemptctl_actuator_outcomes_total") >= 2
+                                and await metric(ports["b"], "preemptctl_actuator_dead_letters_total") >= 1
+                            )
 
-                        await eventually(acted, "b to act", logs["b"])
+                        await eventually(acted, "b to act and refuse the forged decision", logs["b"])
+                        assert await metric(ports["b"], "preemptctl_leader") == 1
                     finally:
                         leader.send_signal(signal.SIGCONT)
                     # Awake, it finds its Lease gone on its own clock and starts nothing.
@@ -712,6 +725,7 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
                         "a to notice it lost the Lease", logs["a"],
                     )  # fmt: skip
                     await stop(successor, logs["b"])
+                    assert actuator_lease(kube_cluster)["holderIdentity"] == ""  # released on SIGTERM
                 await stop(leader, logs["a"])
         finally:
             kube_cluster.request("DELETE", f"{WEBHOOKS}/hold-{ns}")
@@ -742,6 +756,11 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
     # ... and wrote nothing while it was a standby.
     assert not [e for e in writes(successor_uid) if moment(e["requestReceivedTimestamp"]) < takeover]
     assert spec["leaseTransitions"] == transitions + 1
+    ledger = [orjson.loads(line) for line in (tmp_path / "b.jsonl").read_bytes().splitlines()]
+    assert {(e["subject"], e["state"]) for e in ledger if e["decisionId"] == f"{ns}/1/high"} >= {
+        (evicted["metadata"]["uid"], "recorded"),
+        (deleted["metadata"]["uid"], "recorded"),
+    }
 
 
 # ---- the source ----------------------------------------------------------------------------
