@@ -756,6 +756,7 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
     # ... and wrote nothing while it was a standby.
     assert not [e for e in writes(successor_uid) if moment(e["requestReceivedTimestamp"]) < takeover]
     assert spec["leaseTransitions"] == transitions + 1
+    assert spec["leaseDurationSeconds"] == int(FAILOVER_LEASE[1])  # the flag reached the Lease
     ledger = [orjson.loads(line) for line in (tmp_path / "b.jsonl").read_bytes().splitlines()]
     assert {(e["subject"], e["state"]) for e in ledger if e["decisionId"] == f"{ns}/1/high"} >= {
         (evicted["metadata"]["uid"], "recorded"),
