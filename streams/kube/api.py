@@ -2,11 +2,13 @@
 
 This module owns:
 - `connect`, the one way an ApiClient is built (a kubeconfig file, else the
-  in-cluster service account, else the default kubeconfig);
+  in-cluster service account, else the default kubeconfig), and `TimedApiClient`,
+  which gives every call made through it a connect and a read timeout;
 - `raw_request`, a request whose answer is the raw aiohttp response, for the
   source's list and watch streams (raw JSON, no model round trip);
 - `ApiError` and `status_of`, one reading of "what did the API answer";
-- `Backoff`, exponential backoff with jitter for every retry loop.
+- `Backoff`, exponential backoff with jitter for every retry loop;
+- `micro_time`, the one format times are sent to the server in.
 """
 
 from __future__ import annotations
@@ -23,7 +25,17 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 
-__all__ = ["ApiError", "Backoff", "ConfigException", "connect", "for_host", "raw_request", "status_of"]
+__all__ = [
+    "ApiError",
+    "Backoff",
+    "ConfigException",
+    "TimedApiClient",
+    "connect",
+    "for_host",
+    "micro_time",
+    "raw_request",
+    "status_of",
+]
 
 # Set by the kubelet in every pod: its presence means "running inside a cluster".
 _IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
@@ -32,9 +44,20 @@ _AUTH_SETTINGS = ["BearerToken"]
 
 # A TCP connect to the API server that takes longer than this is a network fault,
 # not a slow server; without the bound a dead endpoint hangs a request forever.
-CONNECT_TIMEOUT_S = 10.0
-# One list page or write; the API server's own request timeout is 60 s.
-REQUEST_TIMEOUT_S = 60.0
+CONNECT_TIMEOUT_S = 5.0
+# One read or one list page, answer included. kubernetes-asyncio sends a request with
+# no timeout at all unless it is given one (aiohttp.ClientTimeout() is unbounded), so
+# a half-open connection would hang the call forever; 30 s is room for a 500-object
+# page of a big cluster, and half the API server's own 60 s request timeout.
+REQUEST_TIMEOUT_S = 30.0
+# One write (eviction, delete, patch, Event, Lease renewal). The API server answers a
+# write in milliseconds; one still unanswered after this is abandoned, so it cannot
+# land long after it was started. Lease fencing counts on this bound: a write starts
+# only while the Lease has more than this much validity left (streams.kube.lease), and
+# the server is told the same deadline (see TimedApiClient).
+WRITE_TIMEOUT_S = 5.0
+# HTTP methods that change something: each is sent with the server-side deadline.
+_WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 # Retries after an API error: fast enough to ride out an API server restart,
 # slow enough not to hammer an overloaded one (client-go's informers back off
@@ -68,6 +91,57 @@ class ApiError(Exception):
         )
 
 
+def timeout(total_s: float = REQUEST_TIMEOUT_S) -> aiohttp.ClientTimeout:
+    """A connect and a read bound for one call (never unbounded, see REQUEST_TIMEOUT_S)."""
+    return aiohttp.ClientTimeout(total=total_s, sock_connect=min(CONNECT_TIMEOUT_S, total_s))
+
+
+def write_timeout() -> aiohttp.ClientTimeout:
+    return timeout(WRITE_TIMEOUT_S)
+
+
+class TimedApiClient(client.ApiClient):
+    """An ApiClient whose every request has a timeout: REQUEST_TIMEOUT_S unless the call names one.
+
+    Every generated method (read_namespaced_pod, create_namespaced_pod_eviction, ...)
+    passes through `request`, so this one override covers every call the edge makes.
+
+    A write also carries its timeout to the server as `?timeout=`: kube-apiserver then
+    abandons the request that long after receiving it (a 504; admission webhooks and
+    storage see the same deadline) instead of after its own --request-timeout (60 s).
+    The client's timeout alone does not bound when a write lands: a process frozen
+    (SIGSTOP, a paused VM or container) while its write waits in the server (a slow
+    admission webhook, priority-and-fairness queues, a slow etcd) cannot give up or
+    close the connection, and without the server's deadline the write would land when
+    the server gets to it, after the Lease has passed to another process.
+    """
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        query_params: Any = None,
+        headers: Any = None,
+        post_params: Any = None,
+        body: Any = None,
+        _preload_content: bool = True,
+        _request_timeout: Any = None,
+    ) -> Any:
+        bound = _request_timeout or timeout()
+        if method in _WRITE_METHODS and isinstance(bound, aiohttp.ClientTimeout) and bound.total:
+            query_params = [*(query_params or ()), ("timeout", f"{bound.total:g}s")]
+        return super().request(
+            method,
+            url,
+            query_params=query_params,
+            headers=headers,
+            post_params=post_params,
+            body=body,
+            _preload_content=_preload_content,
+            _request_timeout=bound,
+        )
+
+
 def status_of(exc: BaseException) -> int | None:
     """The HTTP status of an API failure, or None when there was no answer (network, timeout)."""
     if isinstance(exc, ApiError):
@@ -94,14 +168,14 @@ async def connect(kubeconfig: str | None = None, *, context: str | None = None) 
     else:
         path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
         await config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
-    return client.ApiClient(configuration)
+    return TimedApiClient(configuration)
 
 
 def for_host(host: str) -> client.ApiClient:
     """An unauthenticated ApiClient for `host` (a test server such as kmock)."""
     configuration = client.Configuration()
     configuration.host = host.rstrip("/")
-    return client.ApiClient(configuration)
+    return TimedApiClient(configuration)
 
 
 async def raw_request(
@@ -123,8 +197,7 @@ async def raw_request(
         header_params={"Accept": "application/json"},
         auth_settings=_AUTH_SETTINGS,
         _preload_content=False,
-        _request_timeout=timeout
-        or aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S),
+        _request_timeout=timeout,  # TimedApiClient's REQUEST_TIMEOUT_S when None
     )
     return response
 
@@ -149,6 +222,16 @@ def now() -> datetime:
 def rfc3339(moment: datetime) -> str:
     """`2026-01-01T00:00:00.123456Z`: the form the engine parses (engine.timeutil)."""
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def micro_time(moment: datetime) -> str:
+    """metav1.MicroTime, `2006-01-02T15:04:05.000000Z`, always six fraction digits.
+
+    The API server parses MicroTime fields (Lease renewTime/acquireTime, Event
+    eventTime) with exactly that layout: `isoformat()` drops the fraction when the
+    microsecond is 0, and the server answers such a write 400 Bad Request.
+    """
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass

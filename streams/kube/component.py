@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 
@@ -22,7 +24,7 @@ from kubernetes_asyncio import client
 from streams.common import health
 from streams.common.errors import UsageError
 from streams.kafka import topics
-from streams.kube import api
+from streams.kube import api, lease
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,72 @@ def add_kubernetes_arguments(parser: argparse.ArgumentParser) -> None:
         "--kubeconfig", metavar="F", help="kubeconfig file (default: in-cluster, else $KUBECONFIG/~/.kube)"
     )
     parser.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current)")
+
+
+def add_lease_arguments(parser: argparse.ArgumentParser, *, what: str) -> None:
+    """--lease-name/--lease-namespace/--identity and the Lease timings: only the holder may `what`."""
+    parser.add_argument("--lease-name", metavar="N", help=f"hold this Lease to {what}")
+    parser.add_argument("--lease-namespace", metavar="NS", help="namespace of the Lease")
+    parser.add_argument(
+        "--identity", metavar="ID", help="this process's Lease identity (default: $POD_NAME, else hostname)"
+    )
+    parser.add_argument(
+        "--lease-duration",
+        type=int,
+        default=round(lease.LEASE_DURATION_S),
+        metavar="S",
+        help="whole seconds a holder's claim lasts unrenewed: the failover time after a holder dies "
+        f"(default {lease.LEASE_DURATION_S:g}; the Lease records whole seconds)",
+    )
+    parser.add_argument(
+        "--renew-deadline",
+        type=float,
+        default=lease.RENEW_DEADLINE_S,
+        metavar="S",
+        help="a holder that could not renew for S seconds stops writing; below --lease-duration and "
+        f"above the {api.WRITE_TIMEOUT_S:g} s write timeout (default {lease.RENEW_DEADLINE_S:g})",
+    )
+    parser.add_argument(
+        "--retry-period",
+        type=float,
+        default=lease.RETRY_PERIOD_S,
+        metavar="S",
+        help=f"seconds between renewals and between tries to take the Lease; below --renew-deadline "
+        f"(default {lease.RETRY_PERIOD_S:g})",
+    )
+
+
+def check_lease_arguments(args: argparse.Namespace) -> None:
+    """Refuse Lease flags that pair up wrongly or time out of order, in one line each (exit 2)."""
+    if bool(args.lease_name) != bool(args.lease_namespace):
+        raise UsageError("--lease-name and --lease-namespace go together")
+    try:
+        lease.check_timings(
+            lease_duration_s=args.lease_duration,
+            renew_deadline_s=args.renew_deadline,
+            retry_period_s=args.retry_period,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def identity(args: argparse.Namespace) -> str:
+    return str(args.identity or os.environ.get("POD_NAME") or socket.gethostname())
+
+
+def elector(args: argparse.Namespace, api_client: client.ApiClient) -> lease.LeaseElector | None:
+    """The LeaseElector the flags ask for, if any."""
+    if not args.lease_name:
+        return None
+    return lease.LeaseElector(
+        api_client,
+        name=args.lease_name,
+        namespace=args.lease_namespace,
+        identity=identity(args),
+        lease_duration_s=args.lease_duration,
+        renew_deadline_s=args.renew_deadline,
+        retry_period_s=args.retry_period,
+    )
 
 
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,10 +15,23 @@ Every Kubernetes edge case of actuation is handled here, with its reason:
   DeleteOptions preconditions, metadata.uid in patches), which closes the race
   between the read and the write. A 409 or 422 answer is classified by reading
   the pod again; a 404 answer to a write is already-gone.
-- Eviction 429: a PodDisruptionBudget forbids it for now; retried with backoff
-  up to EVICTION_ATTEMPTS times, then blocked-by-pdb.
-- 5xx, 429 on other calls (API priority and fairness) and network errors are
-  transient: retried TRANSIENT_ATTEMPTS times, then the outcome is error.
+- Eviction answers (what kube-apiserver's eviction subresource says, read by
+  `Answer`):
+  - 429 with a DisruptionBudget cause in details.causes: a PodDisruptionBudget
+    forbids it for now. Retried with backoff, waiting at least the server's
+    Retry-After, up to EVICTION_ATTEMPTS times, then blocked-by-pdb with the
+    server's own reason ("The disruption budget web needs 2 healthy pods and has
+    2 currently").
+  - 429 without that cause is API priority-and-fairness throttling, like a 429
+    on any other call: transient.
+  - 500 "This pod has more than one PodDisruptionBudget": the eviction
+    subresource never evicts such a pod, so retrying cannot help: blocked-by-pdb
+    at once, with that message.
+- 5xx, 429 without a PDB cause and network errors (timeouts, dropped connections)
+  are transient on every call: retried TRANSIENT_ATTEMPTS times, never sooner than
+  Retry-After (capped at RETRY_AFTER_MAX_S), then the outcome is error.
+- Every write has api.WRITE_TIMEOUT_S and starts only after `guard` (the Lease's
+  fencing check) says the Lease outlives that timeout.
 - delete: the DisruptionTarget=True condition (reason PreemptionByScheduler) is
   set on the pod's status first, as kube-scheduler does, so controllers and the
   engine's `wait` rule know why the pod is going; then it is deleted with its
@@ -30,11 +43,18 @@ Every Kubernetes edge case of actuation is handled here, with its reason:
   and no victim is touched (each gets outcome error, saying why).
 - After a crash between our write and its record (the ledger says pending), a
   pod found gone, terminating or replaced counts as done: it was our write.
-- Events: messages truncated to EVENT_MESSAGE_LIMIT; names are derived from
-  (decision, victim), so a 409 AlreadyExists means we posted it before a
-  restart, which is success. A failed Event never fails the victim's outcome.
+- Events: events.k8s.io/v1, as kube-scheduler writes them (executor.go): reason
+  Preempted, action Preempting, regarding the victim, related the preemptor,
+  note "Preempted by pod UID on node N", eventTime as MicroTime; the decision id
+  in the DECISION_ANNOTATION annotation. Notes truncated to EVENT_MESSAGE_LIMIT;
+  names are derived from (decision, victim), so a 409 AlreadyExists means we
+  posted it before a restart, which is success. A failed Event never fails the
+  victim's outcome.
 - --dry-run sends dryRun=All on every write (reads are real), so the API server
-  validates and admits each request but persists nothing.
+  validates and admits each request but persists nothing. A DELETE carries it in
+  its DeleteOptions body too: kube-apiserver reads a DELETE's options from the
+  body when there is one and ignores the query's dryRun (a real server started
+  graceful deletion of a pod under a query-only dry run).
 """
 
 from __future__ import annotations
@@ -60,10 +80,18 @@ log = logging.getLogger(__name__)
 SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
 DISRUPTION_TARGET = "DisruptionTarget"
 PREEMPTION_REASON = "PreemptionByScheduler"
-# kube-scheduler's Event reason on a preempted victim.
+# kube-scheduler's Event reason and action on a preempted victim (events.k8s.io/v1).
 EVENT_REASON = "Preempted"
+EVENT_ACTION = "Preempting"
 EVENT_BLOCKED_REASON = "PreemptionBlocked"
 COMPONENT = "preemptctl"
+# The Event's annotation holding the decision id, so an Event leads back to its record.
+DECISION_ANNOTATION = "preemptctl.io/decision-id"
+# policy/v1's DisruptionBudgetCause: the `reason` of the StatusCause an eviction 429 carries.
+DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
+# What kube-apiserver says (500) when a pod is covered by several PDBs: the eviction
+# subresource refuses such a pod for good (registry/core/pod/storage/eviction.go).
+MULTIPLE_PDBS = "more than one PodDisruptionBudget"
 # The API server caps an Event's message (events.k8s.io `note`) at 1 kB; kube's
 # own recorders truncate to this length rather than have the Event rejected.
 EVENT_MESSAGE_LIMIT = 1024
@@ -83,6 +111,9 @@ EVICTION_BACKOFF_MAX_S = 8.0
 TRANSIENT_ATTEMPTS = 3
 TRANSIENT_BACKOFF_INITIAL_S = 0.5
 TRANSIENT_BACKOFF_MAX_S = 4.0
+# A Retry-After longer than this is not waited out in full: a misbehaving proxy must
+# not hold the decision stream for minutes (the API server itself says 1-10 s).
+RETRY_AFTER_MAX_S = 30.0
 
 _TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 _NETWORK_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
@@ -108,6 +139,66 @@ class RetryPolicy:
     transient_attempts: int = TRANSIENT_ATTEMPTS
     transient_backoff_initial_s: float = TRANSIENT_BACKOFF_INITIAL_S
     transient_backoff_max_s: float = TRANSIENT_BACKOFF_MAX_S
+    retry_after_max_s: float = RETRY_AFTER_MAX_S
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What an API error says, read in one place: status, message, PDB cause, Retry-After."""
+
+    status: int | None
+    message: str = ""
+    pdb_cause: str = ""  # the DisruptionBudget cause's message, when the server gave one
+    retry_after_s: float | None = None
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Answer:
+        if not isinstance(exc, ApiException):
+            return cls(None, str(exc) or type(exc).__name__)
+        try:
+            body = json.loads(exc.body) if exc.body else {}
+        except (TypeError, ValueError):
+            body = {}
+        body = body if isinstance(body, dict) else {}
+        details = body.get("details") if isinstance(body.get("details"), dict) else {}
+        causes = [c for c in (details or {}).get("causes") or () if isinstance(c, dict)]
+        pdb = next(
+            (str(c.get("message", "")) for c in causes if c.get("reason") == DISRUPTION_BUDGET_CAUSE), ""
+        )
+        return cls(
+            int(exc.status) if exc.status else None,
+            str(body.get("message") or exc.reason or exc.status),
+            pdb,
+            _retry_after(exc),
+        )
+
+    @property
+    def pdb_blocked(self) -> bool:
+        """429 with a DisruptionBudget cause: a PDB forbids this eviction for now."""
+        return self.status == 429 and bool(self.pdb_cause)
+
+    @property
+    def multiple_pdbs(self) -> bool:
+        return self.status == 500 and MULTIPLE_PDBS in self.message
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying as it is: no answer, a 5xx, or throttling (429 without a PDB cause)."""
+        if self.status is None:
+            return True
+        if self.pdb_blocked or self.multiple_pdbs:
+            return False
+        return self.status in _TRANSIENT_STATUSES
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    """Retry-After in seconds (the header, else the Status's details.retryAfterSeconds)."""
+    headers: Any = exc.headers or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: not sent by the API server
 
 
 @dataclass(frozen=True)
@@ -133,6 +224,7 @@ class Context:
     decision_id: str
     preemptor: str  # namespace/name, or namespace/pod-group for a job
     node: str
+    preemptor_uid: str = ""  # a single-pod decision's preemptor, for the Event's related object
     reason: str = ""
     job: str = ""  # the job flow's namespace/pod-group, else empty
     trigger: str = ""  # the pod that asked for the decision (a job's first member)
@@ -150,9 +242,15 @@ class Actions:
 
     def __post_init__(self) -> None:
         self._core = client.CoreV1Api(self.api)
+        self._events = client.EventsV1Api(self.api)
 
-    def _dry(self) -> dict[str, Any]:
-        return {"dry_run": "All"} if self.dry_run else {}
+    def _write(self) -> dict[str, Any]:
+        """Keyword arguments of every write: its timeout (fencing counts on it), and dryRun."""
+        return {"_request_timeout": kube.write_timeout(), **({"dry_run": "All"} if self.dry_run else {})}
+
+    def _wait(self, backoff: kube.Backoff, answer: Answer) -> float:
+        """The pause before a retry: the backoff, or the server's Retry-After when longer."""
+        return max(backoff.delay(), min(answer.retry_after_s or 0.0, self.retry.retry_after_max_s))
 
     async def _call(self, operation: str, call: Callable[[], Awaitable[Any]], *, write: bool) -> Any:
         """One API call with transient retries; the guard runs before each write attempt."""
@@ -162,21 +260,15 @@ class Actions:
                 self.guard()
             try:
                 result = await call()
-            except ApiException as exc:
-                API_REQUESTS.labels(operation, str(exc.status)).inc()
-                transient = exc.status in _TRANSIENT_STATUSES and not (
-                    operation == "evict" and exc.status == 429
-                )
-                if not transient or attempt == self.retry.transient_attempts:
-                    raise
-            except _NETWORK_ERRORS:
-                API_REQUESTS.labels(operation, "network").inc()
-                if attempt == self.retry.transient_attempts:
+            except (ApiException, *_NETWORK_ERRORS) as exc:
+                answer = Answer.of(exc)
+                API_REQUESTS.labels(operation, str(answer.status or "network")).inc()
+                if not answer.transient or attempt == self.retry.transient_attempts:
                     raise
             else:
                 API_REQUESTS.labels(operation, "2xx").inc()
                 return result
-            await asyncio.sleep(backoff.delay())
+            await asyncio.sleep(self._wait(backoff, answer))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     # ---- victims ---------------------------------------------------------------------
@@ -256,17 +348,20 @@ class Actions:
                 await self._call(
                     "evict",
                     lambda: self._core.create_namespaced_pod_eviction(
-                        victim["name"], victim["namespace"], body, **self._dry()
+                        victim["name"], victim["namespace"], body, **self._write()
                     ),
                     write=True,
                 )
                 return Outcome("done", attempts[0])
             except ApiException as exc:
-                if exc.status != 429:
+                answer = Answer.of(exc)
+                if answer.multiple_pdbs:
+                    return Outcome("blocked-by-pdb", attempts[0], answer.message)
+                if not answer.pdb_blocked:
                     raise
                 if attempts[0] >= self.retry.eviction_attempts:
-                    return Outcome("blocked-by-pdb", attempts[0], _status_message(exc))
-            await asyncio.sleep(backoff.delay())
+                    return Outcome("blocked-by-pdb", attempts[0], answer.pdb_cause)
+            await asyncio.sleep(self._wait(backoff, answer))
 
     async def _delete(self, victim: VictimRecord, pod: Any, context: Context, attempts: list[int]) -> Outcome:
         conditions = (pod.status.conditions if pod.status else None) or []
@@ -289,7 +384,7 @@ class Actions:
             await self._call(
                 "patch-status",
                 lambda: self._core.patch_namespaced_pod_status(
-                    victim["name"], victim["namespace"], patch, **self._dry()
+                    victim["name"], victim["namespace"], patch, **self._write()
                 ),
                 write=True,
             )
@@ -297,12 +392,15 @@ class Actions:
         options = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(uid=victim["uid"]),
             grace_period_seconds=DEFAULT_GRACE_PERIOD_S if grace is None else grace,
+            # A DELETE with a body reads its options from the body alone: the server ignores
+            # ?dryRun=All then, and a "dry run" would start the pod's graceful deletion.
+            dry_run=["All"] if self.dry_run else None,
         )
         attempts[0] += 1
         await self._call(
             "delete",
             lambda: self._core.delete_namespaced_pod(
-                victim["name"], victim["namespace"], body=options, **self._dry()
+                victim["name"], victim["namespace"], body=options, **self._write()
             ),
             write=True,
         )
@@ -314,7 +412,7 @@ class Actions:
         await self._call(
             "label",
             lambda: self._core.patch_namespaced_pod(
-                victim["name"], victim["namespace"], patch, **self._dry()
+                victim["name"], victim["namespace"], patch, **self._write()
             ),
             write=True,
         )
@@ -351,7 +449,7 @@ class Actions:
         try:
             await self._call(
                 "nominate",
-                lambda: self._core.patch_namespaced_pod_status(name, namespace, patch, **self._dry()),
+                lambda: self._core.patch_namespaced_pod_status(name, namespace, patch, **self._write()),
                 write=True,
             )
         except ApiException as exc:
@@ -369,48 +467,55 @@ class Actions:
     # ---- Events ----------------------------------------------------------------------
 
     async def post_event(self, victim: VictimRecord, context: Context, outcome: Outcome) -> None:
-        """A core/v1 Event on the victim; failures are logged and counted, never raised (except NotLeader)."""
+        """An events.k8s.io/v1 Event on the victim; failures are logged and counted, never raised.
+
+        (NotLeader is raised: a deposed actuator writes nothing, Events included.)
+        """
+        preemptor = context.preemptor_uid or context.preemptor
         if outcome.result == "done":
             reason, event_type = EVENT_REASON, "Normal"
-            message = (
-                f"Preempted by {context.preemptor} on node {context.node}, decision {context.decision_id}"
-            )
+            note = f"Preempted by pod {preemptor} on node {context.node}"
         elif outcome.result == "blocked-by-pdb":
             reason, event_type = EVENT_BLOCKED_REASON, "Warning"
-            message = (
-                f"Preemption by {context.preemptor} on node {context.node} blocked by a "
-                f"PodDisruptionBudget, decision {context.decision_id}: {outcome.message}"
-            )
+            note = f"Preemption by pod {preemptor} on node {context.node} blocked: {outcome.message}"
         else:
             return
-        stamp = kube.now().replace(microsecond=0)
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(
-                name=event_name(victim["name"], context.decision_id, victim["uid"]),
-                namespace=victim["namespace"],
-            ),
-            involved_object=client.V1ObjectReference(
-                api_version="v1",
-                kind="Pod",
-                name=victim["name"],
-                namespace=victim["namespace"],
-                uid=victim["uid"],
-            ),
-            reason=reason,
-            message=truncate(message),
-            type=event_type,
-            source=client.V1EventSource(component=COMPONENT),
-            reporting_component=COMPONENT,
-            reporting_instance=self.identity,
-            action="Preempt",
-            first_timestamp=stamp,
-            last_timestamp=stamp,
-            count=1,
-        )
+        body: Any = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {
+                "name": event_name(victim["name"], context.decision_id, victim["uid"]),
+                "namespace": victim["namespace"],
+                "annotations": {DECISION_ANNOTATION: context.decision_id},
+            },
+            "eventTime": kube.micro_time(kube.now()),
+            "reportingController": COMPONENT,
+            "reportingInstance": self.identity,
+            "action": EVENT_ACTION,
+            "reason": reason,
+            "type": event_type,
+            "note": truncate(note),
+            "regarding": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": victim["namespace"],
+                "name": victim["name"],
+                "uid": victim["uid"],
+            },
+        }
+        namespace, _, name = context.preemptor.partition("/")
+        if context.preemptor_uid and name:
+            body["related"] = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": namespace,
+                "name": name,
+                "uid": context.preemptor_uid,
+            }
         try:
             await self._call(
                 "event",
-                lambda: self._core.create_namespaced_event(victim["namespace"], body, **self._dry()),
+                lambda: self._events.create_namespaced_event(victim["namespace"], body, **self._write()),
                 write=True,
             )
         except ApiException as exc:
@@ -461,16 +566,6 @@ def event_name(pod_name: str, decision_id: str, uid: str) -> str:
     return f"{pod_name[: _NAME_LIMIT - len(suffix) - 1]}.{suffix}"
 
 
-def _status_message(exc: ApiException) -> str:
-    try:
-        body = json.loads(exc.body) if exc.body else {}
-    except (TypeError, ValueError):
-        body = {}
-    message = body.get("message") if isinstance(body, dict) else None
-    return str(message or exc.reason or exc.status)
-
-
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ApiException):
-        return f"{exc.status} {_status_message(exc)}"
-    return str(exc) or type(exc).__name__
+    answer = Answer.of(exc)
+    return f"{answer.status} {answer.message}" if answer.status else answer.message

@@ -8,6 +8,30 @@ every RETRY_PERIOD_S and stops acting as leader once RENEW_DEADLINE_S pass
 without a successful renewal, which is before any other candidate may take
 over. Updates carry the Lease's resourceVersion, so of two candidates racing
 for it only one wins (the other gets 409 Conflict).
+
+What a real API server showed, handled here:
+- Fencing: `check()` lets a write start only while the Lease has more validity
+  left than the write's own timeout (api.WRITE_TIMEOUT_S), measured from the
+  start of the last successful renewal to the renew deadline. The server is
+  given the same deadline (`?timeout=`, api.TimedApiClient), so a write is
+  answered or abandoned, by the client and by the server, before this process
+  stops calling itself leader, which is itself LEASE_DURATION_S -
+  RENEW_DEADLINE_S before anyone else may take over. A process frozen (SIGSTOP,
+  a paused VM or container) finds on waking that its monotonic clock moved on,
+  and starts nothing; a write it had in the server when it froze is given up
+  there at its deadline, although the frozen client can no longer give up.
+  What no client can fence: a freeze in the instant between the check and the
+  request's bytes leaving the process, or a request held on its way (an L7
+  proxy) for longer than the margin; the server's deadline counts from when it
+  received the request. Only the server checking the holder on each write
+  (admission against the Lease) would close those.
+- The loop survives any exception of one round (ApiException, aiohttp's
+  ServerDisconnectedError, which is neither OSError nor TimeoutError, a timeout,
+  a malformed answer): the round is logged, counted and retried. `liveness()`
+  reports a loop that ended or stopped making rounds, so /livez turns red and the
+  kubelet restarts the process instead of leaving a candidate that never leads.
+- Times go out as MicroTime (api.micro_time): the server refuses renewTime
+  without its six fraction digits.
 """
 
 from __future__ import annotations
@@ -35,6 +59,9 @@ LEASE_DURATION_S = 15.0
 RENEW_DEADLINE_S = 10.0
 # How often the holder renews and candidates retry.
 RETRY_PERIOD_S = 2.0
+# A loop that has not finished a round for this many lease durations is stuck (each
+# round is bounded by two api.WRITE_TIMEOUT_S calls plus one retry period): /livez says so.
+STALL_AFTER_LEASES = 4
 
 LEADER = Gauge("preemptctl_leader", "1 while this process holds the Lease.", ["lease"])
 TRANSITIONS = Counter("preemptctl_leader_transitions_total", "Times this process became leader.", ["lease"])
@@ -45,8 +72,33 @@ class NotLeader(Exception):
     """A write was about to happen without holding the Lease."""
 
 
+def check_timings(*, lease_duration_s: float, renew_deadline_s: float, retry_period_s: float) -> None:
+    """ValueError, saying which, unless retry period < renew deadline < lease duration, all usable.
+
+    The order is what makes one holder at a time: a holder stops writing at its renew
+    deadline, before any candidate may take over at the lease duration. The renew deadline
+    must also exceed api.WRITE_TIMEOUT_S, or `check()` would never let a write start.
+    """
+    if not retry_period_s > 0:
+        raise ValueError(f"retry period must be positive, got {retry_period_s:g}s")
+    if lease_duration_s != round(lease_duration_s):
+        raise ValueError(
+            f"lease duration must be whole seconds (the Lease records them), got {lease_duration_s:g}s"
+        )
+    if not retry_period_s < renew_deadline_s < lease_duration_s:
+        raise ValueError(
+            f"need retry period < renew deadline < lease duration, got {retry_period_s:g}s, "
+            f"{renew_deadline_s:g}s, {lease_duration_s:g}s"
+        )
+    if not renew_deadline_s > kube.WRITE_TIMEOUT_S:
+        raise ValueError(
+            f"renew deadline {renew_deadline_s:g}s must exceed the {kube.WRITE_TIMEOUT_S:g}s write timeout "
+            "(a write starts only while the Lease outlives it)"
+        )
+
+
 class LeaseElector:
-    """Acquires and renews one Lease; `check()` before every write."""
+    """Acquires and renews one Lease; `check()` before every write; `run()` is the loop."""
 
     def __init__(
         self,
@@ -61,8 +113,11 @@ class LeaseElector:
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = kube.now,
     ) -> None:
-        if not retry_period_s < renew_deadline_s < lease_duration_s:
-            raise ValueError("need retry period < renew deadline < lease duration")
+        check_timings(
+            lease_duration_s=lease_duration_s,
+            renew_deadline_s=renew_deadline_s,
+            retry_period_s=retry_period_s,
+        )
         self._api = client.CoordinationV1Api(api)
         self.name = name
         self.namespace = namespace
@@ -76,15 +131,44 @@ class LeaseElector:
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
         self._became_leader = asyncio.Event()
+        self._round_at: float | None = None  # monotonic time the loop last finished a round
+        self._ended: str | None = None  # why run() ended, when it did other than by cancellation
         LEADER.labels(name).set(0)
 
-    def is_leader(self) -> bool:
-        return self._renewed_at is not None and self._monotonic() < self._renewed_at + self._deadline_s
+    @property
+    def retry_period_s(self) -> float:
+        return self._retry_s
 
-    def check(self) -> None:
-        if not self.is_leader():
-            self._lost()
-            raise NotLeader(f"not the holder of Lease {self.namespace}/{self.name}")
+    def is_leader(self) -> bool:
+        return self.remaining_s() > 0
+
+    def remaining_s(self) -> float:
+        """How much longer this process may call itself leader without another renewal."""
+        if self._renewed_at is None:
+            return 0.0
+        return self._renewed_at + self._deadline_s - self._monotonic()
+
+    def check(self, needed_s: float = kube.WRITE_TIMEOUT_S) -> None:
+        """Raise NotLeader unless the Lease stays ours for `needed_s` more (a write's timeout)."""
+        remaining = self.remaining_s()
+        if remaining <= needed_s:
+            if remaining <= 0:
+                self._lost()
+            raise NotLeader(
+                f"not the holder of Lease {self.namespace}/{self.name} for the next {needed_s:g}s "
+                f"({max(remaining, 0):.1f}s left)"
+            )
+
+    def liveness(self) -> str | None:
+        """None while the loop runs and makes rounds; else why not (a /livez check)."""
+        if self._ended is not None:
+            return self._ended
+        if (
+            self._round_at is not None
+            and self._monotonic() - self._round_at > STALL_AFTER_LEASES * self._duration_s
+        ):
+            return f"Lease loop made no round for {self._monotonic() - self._round_at:.0f}s"
+        return None
 
     async def wait_leader(self) -> None:
         while not self.is_leader():
@@ -99,16 +183,23 @@ class LeaseElector:
 
     async def run(self) -> None:
         """Acquire, then keep renewing, until cancelled; a leader releases the Lease on the way out."""
+        self._round_at = self._monotonic()
         try:
             while True:
                 try:
                     await self.try_acquire_or_renew()
-                except (ApiException, OSError, TimeoutError) as exc:
+                except Exception as exc:  # any failed round is retried, never fatal
                     LEASE_ERRORS.labels(kube.reason_of(exc)).inc()
-                    log.warning("Lease %s/%s: %s", self.namespace, self.name, kube.reason_of(exc))
+                    log.warning("Lease %s/%s: %s", self.namespace, self.name, _describe(exc))
                 if not self.is_leader():
                     self._lost()
+                self._round_at = self._monotonic()
                 await asyncio.sleep(self._retry_s)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._ended = f"Lease loop ended: {_describe(exc)}"
+            raise
         finally:
             await asyncio.shield(self.release())
 
@@ -117,16 +208,22 @@ class LeaseElector:
         started = self._monotonic()
         stamp = self._now()
         try:
-            lease = await self._api.read_namespaced_lease(self.name, self.namespace)
+            lease = await self._api.read_namespaced_lease(
+                self.name, self.namespace, _request_timeout=kube.write_timeout()
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            body = client.V1Lease(
-                metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
-                spec=self._spec(stamp, transitions=0),
-            )
+            body: Any = {  # a dict, not V1Lease: its times must go out as MicroTime strings
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec(stamp, transitions=0),
+            }
             try:
-                await self._api.create_namespaced_lease(self.namespace, body)
+                await self._api.create_namespaced_lease(
+                    self.namespace, body, _request_timeout=kube.write_timeout()
+                )
             except ApiException as create_exc:
                 if create_exc.status == 409:  # another candidate created it first
                     return False
@@ -148,25 +245,52 @@ class LeaseElector:
             return False  # held, and renewed within its duration as far as we can see
         transitions = spec.lease_transitions or 0
         if holder == self.identity:
-            lease.spec = self._spec(stamp, transitions=transitions, acquired=spec.acquire_time)
+            new_spec = self._spec(stamp, transitions=transitions, acquired=spec.acquire_time)
         else:
-            lease.spec = self._spec(stamp, transitions=transitions + 1)
+            new_spec = self._spec(stamp, transitions=transitions + 1)
         try:
-            await self._api.replace_namespaced_lease(self.name, self.namespace, lease)
+            await self._api.replace_namespaced_lease(
+                self.name, self.namespace, self._body(lease, new_spec), _request_timeout=kube.write_timeout()
+            )
         except ApiException as exc:
             if exc.status == 409:  # someone else updated it since our read
                 return False
             raise
         return self._won(started)
 
-    def _spec(self, stamp: datetime, *, transitions: int, acquired: datetime | None = None) -> Any:
-        return client.V1LeaseSpec(
-            holder_identity=self.identity,
-            lease_duration_seconds=round(self._duration_s),
-            acquire_time=acquired or stamp,
-            renew_time=stamp,
-            lease_transitions=transitions,
-        )
+    def _body(self, lease: Any, spec: dict[str, Any]) -> Any:
+        """A replacement of `lease` (as read) with `spec`: the read's resourceVersion guards the update."""
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "resourceVersion": lease.metadata.resource_version,
+                **({"labels": lease.metadata.labels} if lease.metadata.labels else {}),
+            },
+            "spec": spec,
+        }
+
+    def _spec(
+        self,
+        stamp: datetime,
+        *,
+        transitions: int,
+        acquired: datetime | None = None,
+        holder: str | None = None,
+    ) -> dict[str, Any]:
+        return {
+            "holderIdentity": self.identity if holder is None else holder,
+            "leaseDurationSeconds": round(self._duration_s),
+            "acquireTime": kube.micro_time(acquired or stamp),
+            "renewTime": kube.micro_time(stamp),
+            "leaseTransitions": transitions,
+        }
+
+    def _lost_quietly(self) -> None:
+        self._renewed_at = None
+        LEADER.labels(self.name).set(0)
 
     def _won(self, started: float) -> bool:
         if not self.is_leader():
@@ -178,18 +302,31 @@ class LeaseElector:
         return True
 
     async def release(self) -> None:
-        """Give the Lease up at once (so a successor need not wait out its duration)."""
-        if not self.is_leader():
-            return
-        self._lost()
+        """Give the Lease up at once (so a successor need not wait out its duration).
+
+        Only a Lease still recorded as ours is given up, and the update carries the
+        read's resourceVersion: a successor that took it meanwhile keeps it.
+        """
+        self._lost_quietly()
         try:
-            lease = await self._api.read_namespaced_lease(self.name, self.namespace)
-            if lease.spec is None or lease.spec.holder_identity != self.identity:
+            lease = await self._api.read_namespaced_lease(
+                self.name, self.namespace, _request_timeout=kube.write_timeout()
+            )
+            spec = lease.spec
+            if spec is None or spec.holder_identity != self.identity:
                 return
-            lease.spec.holder_identity = ""  # client-go's "nobody": candidates take it at once
-            lease.spec.lease_duration_seconds = 1
-            lease.spec.renew_time = self._now()
-            await self._api.replace_namespaced_lease(self.name, self.namespace, lease)
+            # client-go's "nobody": an empty holder, which candidates take at once.
+            released = self._spec(
+                self._now(), transitions=spec.lease_transitions or 0, acquired=spec.acquire_time, holder=""
+            )
+            released["leaseDurationSeconds"] = 1
+            await self._api.replace_namespaced_lease(
+                self.name, self.namespace, self._body(lease, released), _request_timeout=kube.write_timeout()
+            )
             log.info("released Lease %s/%s", self.namespace, self.name)
-        except (ApiException, OSError, TimeoutError) as exc:
-            log.warning("could not release Lease %s/%s: %s", self.namespace, self.name, kube.reason_of(exc))
+        except Exception as exc:  # on the way out: the Lease then simply expires
+            log.warning("could not release Lease %s/%s: %s", self.namespace, self.name, _describe(exc))
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {kube.reason_of(exc)}" if not str(exc) else f"{type(exc).__name__}: {exc}"

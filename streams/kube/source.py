@@ -10,6 +10,13 @@ This module owns the cluster's event log as the API server shows it:
 - batching events into records keyed by cluster name (`Publisher`).
 
 Kubernetes edge cases, each handled here and only here:
+- Each stream's watch opens as soon as that stream is listed, from the list's
+  resourceVersion, not after every kind is listed: on a big cluster listing all
+  kinds takes long enough for an early list's version to leave the watch cache's
+  window (or be compacted), and the watch would start with 410. Events those
+  watches deliver while later kinds are still being listed are held (in a queue
+  bounded by QUEUE_MAX_EVENTS) and written once the relist's ADDED run and its
+  tombstones are, so RESYNC's framing holds.
 - 410 Gone / Expired (an HTTP status or an ERROR watch event): the history a
   watch needs is compacted, so every watch stops and everything is relisted.
   One cluster-wide relist keeps RESYNC's contract simple: objects not re-listed
@@ -25,6 +32,13 @@ Kubernetes edge cases, each handled here and only here:
   so an idempotent fold (engine.cluster) does not discard them as stale.
 - ElasticQuotas are watched only while discovery serves their group version;
   a CRD installed later is noticed within CRD_RECHECK_S, one removed by a 404.
+- `metadata.managedFields` is dropped from every object written (client-go's
+  informers strip it the same way): it is often half an object's bytes and no
+  decision reads it. `keep_managed_fields` (--keep-managed-fields) keeps it.
+- One writer per cluster log: with a Lease (streams.kube.lease) only its holder
+  lists, watches and writes. A source that loses the Lease stops following and
+  drops what it has not written yet (the next holder's RESYNC restates the
+  cluster); one that gains it relists.
 - Any other API error: exponential backoff (kube.Backoff), then the same step again.
 """
 
@@ -48,7 +62,7 @@ from schemas.records import CLUSTER_EVENTS
 from streams.common import health
 from streams.kafka.sink import KafkaSink, RecordSink
 from streams.kube import api as kube
-from streams.kube import component
+from streams.kube import component, lease
 
 log = logging.getLogger(__name__)
 
@@ -139,12 +153,18 @@ PDBS = Resource("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", n
 ELASTIC_QUOTAS = Resource(
     "ElasticQuota", "scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", namespaced=True
 )
+# Watch events on their way from the watches to the log: (kind, event type, object).
+Arrivals = asyncio.Queue[tuple[Resource, str, dict[str, Any]]]
 RESOURCES = (NODES, PRIORITY_CLASSES, PDBS, PODS)  # nodes first: a relist restates capacity before pods
 
 # What the source does with the API, for the chart's ClusterRole (a test keeps them equal).
 # `get` is granted as the usual read trio but never called.
 REQUIRED_RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
     (r.group, r.plural, ("get", "list", "watch")) for r in (*RESOURCES, ELASTIC_QUOTAS)
+)
+# Namespaced to the release: the source's single-writer Lease.
+REQUIRED_LEASE_RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("coordination.k8s.io", "leases", ("get", "create", "update")),
 )
 
 
@@ -235,7 +255,7 @@ class Resync(Exception):
 
 
 # Why the source relists: the values of preemptctl_source_resyncs_total's `reason` label.
-RESYNC_REASONS = ("start", "expired", "crd-installed", "crd-removed")
+RESYNC_REASONS = ("start", "expired", "crd-installed", "crd-removed", "leader")
 
 
 # ---- the log's writer -------------------------------------------------------------
@@ -258,8 +278,10 @@ class Publisher:
         max_record_bytes: int = MAX_RECORD_BYTES,
         queue_size: int = QUEUE_MAX_EVENTS,
         backoff: Callable[[], kube.Backoff] = kube.Backoff,
+        guard: Callable[[], None] = lambda: None,
     ) -> None:
         self._sink = sink
+        self._guard = guard
         self._topic = topic
         self._key = cluster.encode()
         self._head = (
@@ -277,6 +299,20 @@ class Publisher:
     async def flush(self) -> None:
         """Return once every event put so far is written."""
         await self._queue.join()
+
+    def discard(self) -> int:
+        """Drop every event not written yet (the Lease was lost); returns how many."""
+        dropped = 0
+        if self._carry is not None:
+            self._carry = None
+            dropped += 1
+            self._queue.task_done()
+        while self._queue.qsize():
+            self._queue.get_nowait()
+            self._queue.task_done()
+            dropped += 1
+        QUEUED.set(0)
+        return dropped
 
     def _take(self, first: bytes) -> list[bytes]:
         parts, size = [first], len(first)
@@ -298,9 +334,13 @@ class Publisher:
             backoff = self._backoff()
             while True:
                 try:
+                    self._guard()  # one writer per log: never after the Lease has passed on
                     with SEND_SECONDS.time():
                         await self._sink.send(self._topic, value, key=self._key)
                     break
+                except lease.NotLeader as exc:
+                    log.warning("not writing %d events: %s", len(parts), exc)
+                    break  # dropped: the Lease's next holder relists, and RESYNC restates the cluster
                 except Exception as exc:  # any producer failure: the record must still go, in order
                     SEND_ERRORS.inc()
                     delay = backoff.delay()
@@ -367,12 +407,21 @@ class Source:
         max_record_bytes: int = MAX_RECORD_BYTES,
         clock: Callable[[], datetime] = kube.now,
         topic: str = CLUSTER_EVENTS,
+        keep_managed_fields: bool = False,
+        elector: lease.LeaseElector | None = None,
     ) -> None:
         self._api = api
         self.scope = scope
+        self._elector = elector
         self.publisher = Publisher(
-            sink, cluster=scope.cluster, topic=topic, max_record_bytes=max_record_bytes, backoff=backoff
+            sink,
+            cluster=scope.cluster,
+            topic=topic,
+            max_record_bytes=max_record_bytes,
+            backoff=backoff,
+            guard=elector.check if elector is not None else lambda: None,
         )
+        self._keep_managed_fields = keep_managed_fields
         self._tick_s = tick_seconds
         self._health = health_state
         self._backoff = backoff
@@ -393,8 +442,13 @@ class Source:
         publisher = asyncio.create_task(self.publisher.run(), name="source-publisher")
         main = asyncio.create_task(self._main(), name="source-main")
         stopping = asyncio.create_task(self._stopping.wait(), name="source-stopping")
+        tasks = {publisher, main, stopping}
+        electing = None
+        if self._elector is not None:
+            electing = asyncio.create_task(self._elector.run(), name="source-lease")
+            tasks.add(electing)
         try:
-            done, _ = await asyncio.wait({publisher, main, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 if task is not stopping:
                     task.result()  # a crash of the publisher or the main loop ends the source
@@ -409,24 +463,49 @@ class Source:
                     log.warning("shutting down with unwritten events; the next start relists")
                 publisher.cancel()
                 await asyncio.gather(publisher, return_exceptions=True)
+            if electing is not None:  # after the last write: then the Lease is released
+                electing.cancel()
+                await asyncio.gather(electing, return_exceptions=True)
             if self._health is not None:
                 self._health.set_ready(False)
 
     async def _main(self) -> None:
+        if self._elector is None:
+            await self._lead("start")
+            return
         reason = "start"
+        while True:
+            await self._elector.wait_leader()
+            log.info("holding Lease %s/%s: listing the cluster", self._elector.namespace, self._elector.name)
+            leading = asyncio.create_task(self._lead(reason), name="source-leading")
+            deposed = asyncio.create_task(self._deposed(), name="source-deposed")
+            done, _ = await asyncio.wait({leading, deposed}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (leading, deposed):
+                task.cancel()
+            await asyncio.gather(leading, deposed, return_exceptions=True)
+            if leading in done:
+                leading.result()  # it only ends by raising
+            dropped = self.publisher.discard()
+            log.warning("lost the Lease: stopped following, %d unwritten events dropped", dropped)
+            reason = "leader"
+
+    async def _deposed(self) -> None:
+        """Return once this source may no longer write (checked every retry period)."""
+        assert self._elector is not None
+        while True:
+            try:
+                self._elector.check()
+            except lease.NotLeader:
+                return
+            await asyncio.sleep(self._elector.retry_period_s / 4)
+
+    async def _lead(self, reason: str) -> None:
+        """Relist and follow, relisting whenever the watches need it, until cancelled."""
         loop = asyncio.get_running_loop()
         backoff = self._backoff()
         while True:
-            await self._resync(reason)
-            if not self.ready.is_set():
-                # Ready means the initial state is durable in the log, not merely listed.
-                await self.publisher.flush()
-                self.ready.set()
-                if self._health is not None:
-                    self._health.set_ready(True)
-                log.info("initial list written: %d objects", len(self._held))
             followed_at = loop.time()
-            reason = await self._follow()
+            reason = await self._cycle(reason)
             if loop.time() - followed_at < RESYNC_STABLE_S:
                 await asyncio.sleep(backoff.delay())
             else:
@@ -441,10 +520,11 @@ class Source:
         EVENTS.labels(str(obj.get("kind", "")) if obj else "", event_type).inc()
         await self.publisher.put(event)
 
-    @staticmethod
-    def _stamp(resource: Resource, obj: dict[str, Any]) -> None:
+    def _stamp(self, resource: Resource, obj: dict[str, Any]) -> None:
         obj.setdefault("kind", resource.kind)
         obj.setdefault("apiVersion", resource.api_version)
+        if not self._keep_managed_fields:
+            (obj.get("metadata") or {}).pop("managedFields", None)
 
     def _hold(self, resource: Resource, key: Key, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -495,8 +575,13 @@ class Source:
             response.release()
         return any(r.get("name") == ELASTIC_QUOTAS.plural for r in body.get("resources") or ())
 
-    async def _resync(self, reason: str) -> None:
-        """RESYNC, ADDED for every object listed, DELETED for every object held but not listed."""
+    async def _cycle(self, reason: str) -> str:
+        """RESYNC, ADDED for every object listed, DELETED for every object held but not listed; then follow.
+
+        Each stream's watch starts right after its list (see the module docstring);
+        what the watches deliver is written only after the relist. Returns why the
+        next relist is needed.
+        """
         RESYNCS.labels(reason).inc()
         backoff = self._backoff()
         while True:
@@ -506,25 +591,57 @@ class Source:
             except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 await self._failed("discovery", exc, backoff)
         self._streams = self._plan()
-        await self._emit("RESYNC")
-        listed: set[Key] = set()
-        versions: dict[tuple[str, str | None], str] = {}
-        for stream in self._streams:
-            backoff.reset()
-            while True:
-                try:
-                    listed |= await self._list(stream)
-                    versions[stream.resource.kind, stream.namespace] = stream.version
-                    break
-                except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                    await self._failed(stream.name, exc, backoff)
-        for key in sorted(set(self._held) - listed):
-            held = self._held.pop(key)
-            version = versions.get((held.resource.kind, held.namespace)) or versions.get(
-                (held.resource.kind, None), ""
-            )
-            TOMBSTONES.labels(held.resource.kind).inc()
-            await self._emit("DELETED", self._tombstone(held, version))
+        arrived: Arrivals = asyncio.Queue(QUEUE_MAX_EVENTS)
+        found: list[Resync] = []
+        try:
+            async with asyncio.TaskGroup() as group:
+                await self._emit("RESYNC")
+                listed: set[Key] = set()
+                versions: dict[tuple[str, str | None], str] = {}
+                for stream in self._streams:
+                    backoff.reset()
+                    while True:
+                        try:
+                            listed |= await self._list(stream)
+                            versions[stream.resource.kind, stream.namespace] = stream.version
+                            break
+                        except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                            await self._failed(stream.name, exc, backoff)
+                    # The next list waits until this watch is open (or failed once), so no
+                    # stream's version ages while the others are listed.
+                    opened = asyncio.Event()
+                    group.create_task(self._watch(stream, arrived, opened), name=f"watch-{stream.name}")
+                    await opened.wait()
+                for key in sorted(set(self._held) - listed):
+                    held = self._held.pop(key)
+                    version = versions.get((held.resource.kind, held.namespace)) or versions.get(
+                        (held.resource.kind, None), ""
+                    )
+                    TOMBSTONES.labels(held.resource.kind).inc()
+                    await self._emit("DELETED", self._tombstone(held, version))
+                if not self.ready.is_set():
+                    # Ready means the initial state is durable in the log, not merely listed.
+                    await self.publisher.flush()
+                    self.ready.set()
+                    if self._health is not None:
+                        self._health.set_ready(True)
+                    log.info("initial list written: %d objects", len(self._held))
+                group.create_task(self._deliver(arrived), name="deliver")
+                group.create_task(self._tick(), name="tick")
+                if not self._quotas_served:
+                    group.create_task(self._await_quota_crd(), name="crd-recheck")
+        except* Resync as resyncs:
+            found = sorted((e for e in resyncs.exceptions if isinstance(e, Resync)), key=lambda e: e.reason)
+        if not found:
+            raise AssertionError("unreachable: watches and ticks end only by raising")
+        log.info("relisting the cluster: %s", "; ".join(sorted({str(e) for e in found})))
+        return found[0].reason
+
+    async def _deliver(self, arrived: Arrivals) -> None:
+        """Write the watches' events in the order they arrived (started once the relist is written)."""
+        while True:
+            resource, event_type, obj = await arrived.get()
+            await self._observe(resource, event_type, obj)
 
     @staticmethod
     def _tombstone(held: _Held, version: str) -> dict[str, Any]:
@@ -573,23 +690,6 @@ class Source:
 
     # ---- following ----------------------------------------------------------------
 
-    async def _follow(self) -> str:
-        """Watch every stream and tick until a watch needs a relist; return why."""
-        found: list[Resync] = []
-        try:
-            async with asyncio.TaskGroup() as group:
-                for stream in self._streams:
-                    group.create_task(self._watch(stream), name=f"watch-{stream.name}")
-                group.create_task(self._tick(), name="tick")
-                if not self._quotas_served:
-                    group.create_task(self._await_quota_crd(), name="crd-recheck")
-        except* Resync as resyncs:
-            found = sorted((e for e in resyncs.exceptions if isinstance(e, Resync)), key=lambda e: e.reason)
-        if not found:
-            raise AssertionError("unreachable: watches and ticks end only by raising")
-        log.info("relisting the cluster: %s", "; ".join(sorted({str(e) for e in found})))
-        return found[0].reason
-
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(self._tick_s)
@@ -604,12 +704,14 @@ class Source:
             except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 API_ERRORS.labels("discovery", kube.reason_of(exc)).inc()
 
-    async def _watch(self, stream: Stream) -> None:
+    async def _watch(self, stream: Stream, arrived: Arrivals, opened: asyncio.Event) -> None:
+        """Follow one stream, resuming after each watch ends; `opened` is set once it first answers."""
         backoff = self._backoff()
         while True:
             try:
-                await self._watch_once(stream, backoff)
+                await self._watch_once(stream, backoff, arrived, opened)
             except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                opened.set()  # the relist goes on; this watch retries on its own
                 status = kube.status_of(exc)
                 if status == 410:
                     raise Resync("expired", f"{stream.name}: 410 Gone") from exc
@@ -617,7 +719,13 @@ class Source:
                     raise Resync("crd-removed", "ElasticQuota CRD removed") from exc
                 await self._failed(stream.name, exc, backoff)
 
-    async def _watch_once(self, stream: Stream, backoff: kube.Backoff) -> None:
+    async def _watch_once(
+        self,
+        stream: Stream,
+        backoff: kube.Backoff,
+        arrived: Arrivals,
+        opened: asyncio.Event,
+    ) -> None:
         query = [
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),
@@ -634,6 +742,7 @@ class Source:
         try:
             if response.status != 200:
                 raise await kube.error_from_response(response)
+            opened.set()
             async for line in _lines(response):
                 event = orjson.loads(line)
                 event_type, obj = event.get("type"), event.get("object")
@@ -643,7 +752,8 @@ class Source:
                     raise ValueError(f"watch event without an object: {line[:200]!r}")
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
                 if event_type in ("ADDED", "MODIFIED", "DELETED"):
-                    await self._observe(stream.resource, event_type, obj)
+                    # A full queue pauses this watch (backpressure) rather than growing memory.
+                    await arrived.put((stream.resource, event_type, obj))
                 elif event_type != "BOOKMARK":
                     log.warning("%s: ignoring watch event of type %r", stream.name, event_type)
                 if version:
@@ -691,6 +801,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="leave out pending pods of other schedulers (bound and nominated pods are always written)",
     )
     parser.add_argument(
+        "--keep-managed-fields",
+        action="store_true",
+        help="keep metadata.managedFields in the objects written (default: dropped, as client-go does)",
+    )
+    component.add_lease_arguments(parser, what="write the cluster's log (one source per cluster)")
+    parser.add_argument(
         "--tick-seconds",
         type=_positive_float,
         default=DEFAULT_TICK_SECONDS,
@@ -711,6 +827,7 @@ def _positive_float(text: str) -> float:
 def cmd_source(args: argparse.Namespace) -> int:
     component.configure_logging(args.log_level)
     bootstrap = component.bootstrap_of(args.broker)
+    component.check_lease_arguments(args)
     namespaces = tuple(
         dict.fromkeys(ns.strip() for arg in args.namespace for ns in arg.split(",") if ns.strip())
     )
@@ -731,7 +848,18 @@ async def _serve(args: argparse.Namespace, bootstrap: str, scope: Scope) -> None
         async with health.HealthServer(state, host=args.health_host, port=args.health_port):
             await component.prepare_broker(bootstrap, create_topics=not args.no_create_topics)
             async with KafkaSink(bootstrap, client_id=f"preemptctl-source-{scope.cluster}") as sink:
-                source = Source(api, sink, scope=scope, tick_seconds=args.tick_seconds, health_state=state)
+                elector = component.elector(args, api)
+                if elector is not None:
+                    state.add_liveness("lease", elector.liveness)
+                source = Source(
+                    api,
+                    sink,
+                    scope=scope,
+                    tick_seconds=args.tick_seconds,
+                    health_state=state,
+                    keep_managed_fields=args.keep_managed_fields,
+                    elector=elector,
+                )
                 component.stop_on_signals(source.stop)
                 await source.run()
     finally:

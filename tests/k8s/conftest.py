@@ -1,20 +1,27 @@
-"""Fixtures for the Kubernetes-facing tests: a kmock API server with FakeApi behind it, a client, a broker.
+"""Fixtures for the Kubernetes-facing tests: a real kube-apiserver, a kmock API server, a broker.
 
-The API server is per test (fresh objects and history); the embedded tansu
-broker is per session, so tests that use it write to fresh topic names.
+The real API server (tests/k8s/cluster.py) is per session, with the chart
+installed; tests use fresh namespaces and names. The kmock server (FakeApi) is
+per test and serves the faults a real server will not produce on demand. The
+embedded tansu broker is per session, so tests that use it write to fresh topics.
 """
 
 from __future__ import annotations
 
+import subprocess
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import kmock
 import pytest
 from kubernetes_asyncio import client
 
 from streams.kube import api as kube
+from tests.k8s import cluster
 from tests.k8s.fakeapi import FakeApi
+
+CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "preemptctl"
 
 
 @pytest.fixture(scope="session")
@@ -62,3 +69,58 @@ async def served_without_quotas() -> AsyncIterator[tuple[FakeApi, client.ApiClie
 
 def fresh_topic(stem: str) -> str:
     return f"test.{stem}.{uuid.uuid4().hex[:8]}"
+
+
+# ---- the real API server ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[cluster.TestCluster]:
+    """etcd + kube-apiserver for the session, with the chart installed (helm template | kubectl
+    apply --server-side, as the admin), so every component identity has exactly the chart's RBAC.
+
+    Skips, saying why, when a prerequisite is missing (make kube-tools installs them all).
+    """
+    try:
+        cluster.prerequisites()
+        helm, kubectl = cluster.tool("helm"), cluster.tool("kubectl")
+    except cluster.Unavailable as exc:
+        pytest.skip(f"no real API server: {exc}")
+    with cluster.TestCluster() as running:
+        print(
+            f"\nkube-apiserver v{cluster.KUBE_VERSION} ready in {running.started_in_s:.1f}s at {running.url}"
+        )
+        running.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cluster.NAMESPACE}})
+        rendered = subprocess.run(
+            [helm, "template", cluster.RELEASE, str(CHART), "--namespace", cluster.NAMESPACE],
+            check=True,
+            capture_output=True,
+        ).stdout
+        subprocess.run(
+            [kubectl, "--kubeconfig", running.kubeconfig("admin"), "apply", "--server-side",
+             "--field-manager=preemptctl-tests", "-f", "-"],
+            input=rendered,
+            check=True,
+            capture_output=True,
+        )  # fmt: skip
+        yield running
+
+
+@pytest.fixture
+async def as_actuator(kube_cluster: cluster.TestCluster) -> AsyncIterator[client.ApiClient]:
+    """An ApiClient authenticated as the chart's actuator ServiceAccount."""
+    api = await kube.connect(str(kube_cluster.kubeconfig("actuator")))
+    try:
+        yield api
+    finally:
+        await api.close()
+
+
+@pytest.fixture
+async def as_source(kube_cluster: cluster.TestCluster) -> AsyncIterator[client.ApiClient]:
+    """An ApiClient authenticated as the chart's source ServiceAccount."""
+    api = await kube.connect(str(kube_cluster.kubeconfig("source")))
+    try:
+        yield api
+    finally:
+        await api.close()

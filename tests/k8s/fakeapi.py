@@ -4,12 +4,14 @@ kmock serves HTTP to the real kubernetes-asyncio client and routes each request
 through its DSL (`handler[resource] << callback`). This class is the callback:
 it keeps objects and their history and adds what kmock's emulator leaves out
 (DESIGN §11): uid and resourceVersion on every object; watches that start at a
-resourceVersion (kubernetes-asyncio's `watch=True` included), bookmarks, server
-timeouts, 410 Gone once history is compacted; label selectors; pagination; the
+resourceVersion (kubernetes-asyncio's `watch=True` included), server
+timeouts; label selectors; pagination; the
 eviction subresource; PUT; uid and resourceVersion preconditions; dryRun=All.
 
-Scenario helpers (`pause_watches`, `expire_watches`, `bookmark`, `fail`,
-`evictions_answer`) make the faults of DESIGN §9 happen on demand.
+Scenario helpers (`fail`, `evictions_answer`) make the faults of DESIGN §9 happen
+on demand. What a real API server does on demand (bookmarks, 410 after a
+compaction, PDB answers, uid races, dry run, Leases) is tested against one
+(tests/k8s/test_real_api.py), not here.
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ import asyncio
 import copy
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import kmock
 
+# The DisruptionBudget cause of an injected eviction 429 (kube-apiserver's wording).
+PDB_CAUSE = "The disruption budget web needs 1 healthy pods and has 1 currently"
 # How long a watch request may stay open when the client sets no timeoutSeconds.
 DEFAULT_WATCH_TIMEOUT_S = 600.0
 
@@ -50,7 +54,7 @@ KINDS = {
         Kind("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False),
         Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
         Kind("scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", True),
-        Kind("", "v1", "events", "Event", True),
+        Kind("events.k8s.io", "v1", "events", "Event", True),
         Kind("coordination.k8s.io", "v1", "leases", "Lease", True),
     )
 }
@@ -71,22 +75,19 @@ class Call:
     params: dict[str, str]
     body: Any
 
-    @property
-    def dry_run(self) -> bool:
-        return self.params.get("dryRun") == "All"
-
 
 @dataclass
 class _Watch:
     plural: str
     namespace: str | None
     selector: str | None
-    bookmarks: bool
-    queue: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
 
 
-def _status(code: int, reason: str, message: str) -> kmock.KubernetesError:
-    return kmock.KubernetesError(status=code, reason=reason, message=message, details={})
+def _status(
+    code: int, reason: str, message: str, details: dict[str, Any] | None = None
+) -> kmock.KubernetesError:
+    return kmock.KubernetesError(status=code, reason=reason, message=message, details=details or {})
 
 
 def matches_selector(labels: dict[str, str], selector: str | None) -> bool:
@@ -136,14 +137,11 @@ class FakeApi:
         self.objects: dict[ObjKey, dict[str, Any]] = {}
         self.rv = 1000
         self.history: list[tuple[int, str, dict[str, Any]]] = []
-        self.compacted = 0  # watches from a version below this get 410 Gone
         self.calls: list[Call] = []
         self.graceful_delete = True  # pods with a grace period go terminating first, as on a real node
         self._watches: list[_Watch] = []
-        self._paused = False
         self._failures: list[tuple[str, str, str | None, int]] = []
         self._eviction_answers: dict[tuple[str, str], list[int]] = {}
-        self._after_reads: dict[tuple[str, str | None, str], list[Callable[[], None]]] = {}
         for kind in KINDS.values():
             if kind.plural != ELASTIC_QUOTAS or elastic_quotas:
                 self.serve(kind.plural)
@@ -187,35 +185,6 @@ class FakeApi:
         obj = self.objects.get((plural, namespace, name))
         return copy.deepcopy(obj) if obj is not None else None
 
-    def pause_watches(self) -> None:
-        """Stop delivering events to open watches (a network partition): history still grows."""
-        self._paused = True
-
-    def expire_watches(self) -> None:
-        """Compact history up to now: open watches end with 410, and so does resuming any of them."""
-        self._paused = False
-        self.compacted = self.rv  # a list now gets this version, from which watching works again
-        for watch in self._watches:
-            watch.queue.put_nowait(None)
-
-    def bookmark(self) -> int:
-        """Send a BOOKMARK at the current version to watches that asked for bookmarks."""
-        self.rv += 1
-        for watch in self._watches:
-            if watch.bookmarks:
-                kind = KINDS[watch.plural]
-                watch.queue.put_nowait(
-                    {
-                        "type": "BOOKMARK",
-                        "object": {
-                            "kind": kind.kind,
-                            "apiVersion": kind.api_version,
-                            "metadata": {"resourceVersion": str(self.rv)},
-                        },
-                    }
-                )
-        return self.rv
-
     def fail(
         self, method: str, plural: str, status: int, *, times: int = 1, subresource: str | None = None
     ) -> None:
@@ -226,13 +195,8 @@ class FakeApi:
         """The next evictions of this pod answer these statuses in turn (then the real behaviour)."""
         self._eviction_answers[(namespace, name)] = list(statuses)
 
-    def after_read(self, plural: str, namespace: str | None, name: str, action: Callable[[], None]) -> None:
-        """Run `action` once, right after the next read of this object is answered (a race on cue)."""
-        self._after_reads.setdefault((plural, namespace, name), []).append(action)
-
-    def writes(self, *, dry_run: bool | None = None) -> list[Call]:
-        out = [c for c in self.calls if c.method not in ("GET",)]
-        return [c for c in out if dry_run is None or c.dry_run == dry_run]
+    def writes(self) -> list[Call]:
+        return [c for c in self.calls if c.method != "GET"]
 
     def open_watches(self, plural: str | None = None) -> int:
         return sum(1 for w in self._watches if plural is None or w.plural == plural)
@@ -244,10 +208,9 @@ class FakeApi:
         obj["metadata"]["resourceVersion"] = str(self.rv)
         event = {"type": event_type, "object": self._full(plural, obj)}
         self.history.append((self.rv, plural, event))
-        if not self._paused:
-            for watch in self._watches:
-                if watch.plural == plural:
-                    watch.queue.put_nowait(event)
+        for watch in self._watches:
+            if watch.plural == plural:
+                watch.queue.put_nowait(event)
 
     @staticmethod
     def _full(plural: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -282,11 +245,7 @@ class FakeApi:
                 return self._watch(plural, request.namespace, params)
             return self._list(plural, request.namespace, params)
         if method == "GET":
-            answer = self._fetch(plural, request.namespace, request.name)
-            actions = self._after_reads.get((plural, request.namespace, str(request.name)))
-            if actions:
-                actions.pop(0)()
-            return answer
+            return self._fetch(plural, request.namespace, request.name)
         if method == "POST" and request.subresource == "eviction":
             return self._evict(request.namespace, str(request.name), request.data or {}, dry=dry)
         if method == "POST":
@@ -327,19 +286,12 @@ class FakeApi:
         return {"kind": f"{kind.kind}List", "apiVersion": kind.api_version, "metadata": meta, "items": page}
 
     async def _watch(self, plural: str, namespace: str | None, params: dict[str, str]) -> AsyncIterator[Any]:
-        watch = _Watch(
-            plural,
-            namespace,
-            params.get("labelSelector"),
-            str(params.get("allowWatchBookmarks", "")).lower() in ("true", "1"),
-        )
+        watch = _Watch(plural, namespace, params.get("labelSelector"))
         since = int(params.get("resourceVersion") or 0)
         timeout = float(params.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT_S)
         # Registered before the history is read, in the same step: no event falls in between.
         self._watches.append(watch)
-        if since and since < self.compacted:
-            backlog: list[dict[str, Any] | None] = [None]
-        elif since:
+        if since:
             backlog = [e for rv, p, e in self.history if p == plural and rv > since]
         else:
             backlog = [
@@ -350,51 +302,31 @@ class FakeApi:
         return self._stream(watch, backlog, timeout)
 
     async def _stream(
-        self, watch: _Watch, backlog: list[dict[str, Any] | None], timeout: float
+        self, watch: _Watch, backlog: list[dict[str, Any]], timeout: float
     ) -> AsyncIterator[Any]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:
             yield b""  # sends the headers now: an idle watch is still a started response
             for event in itertools.chain(backlog, self._drain(watch)):
-                if event is None:
-                    yield self._gone()
-                    return
-                if event["type"] == "BOOKMARK" or self._visible(watch, event["object"]):
+                if self._visible(watch, event["object"]):
                     yield event
             while True:
                 try:
                     event = await asyncio.wait_for(watch.queue.get(), max(deadline - loop.time(), 0))
                 except TimeoutError:
                     return  # timeoutSeconds reached: the server ends the watch
-                if event is None:
-                    yield self._gone()
-                    return
-                if event["type"] == "BOOKMARK" or self._visible(watch, event["object"]):
+                if self._visible(watch, event["object"]):
                     yield event
         finally:
             self._watches.remove(watch)
 
     @staticmethod
-    def _drain(watch: _Watch) -> list[dict[str, Any] | None]:
+    def _drain(watch: _Watch) -> list[dict[str, Any]]:
         out = []
         while not watch.queue.empty():
             out.append(watch.queue.get_nowait())
         return out
-
-    def _gone(self) -> dict[str, Any]:
-        return {
-            "type": "ERROR",
-            "object": {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Failure",
-                "message": "too old resource version",
-                "reason": "Expired",
-                "code": 410,
-            },
-        }
 
     def _create(
         self, plural: str, namespace: str | None, body: dict[str, Any], *, dry: bool
@@ -486,11 +418,12 @@ class FakeApi:
         answers = self._eviction_answers.get((str(namespace), name))
         if answers:
             status = answers.pop(0)
-            if status == 429:
+            if status == 429:  # as kube-apiserver says it: the PDB's reason is in details.causes
                 raise _status(
                     429,
                     "TooManyRequests",
                     "Cannot evict pod as it would violate the pod's disruption budget.",
+                    {"causes": [{"reason": "DisruptionBudget", "message": PDB_CAUSE}]},
                 )
             if status != 200:
                 raise _status(status, "InjectedFailure", f"injected {status}")

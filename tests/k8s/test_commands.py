@@ -1,13 +1,16 @@
-"""`preemptctl source` and `preemptctl actuator` as processes: kubeconfig, topics, probes, signals.
+"""`preemptctl source` as a process: kubeconfig, topics, probes, signals; helpers for command tests.
 
-Each command runs in a child process against the kmock API server (through a
+The command runs in a child process against the kmock API server (through a
 kubeconfig file) and the embedded broker, is watched through its /readyz and
-/metrics, and is stopped with SIGTERM, as a kubelet would.
+/metrics, and is stopped with SIGTERM, as a kubelet would. `preemptctl actuator`
+runs as two such processes against a real API server in tests/k8s/test_real_api.py
+(the Lease failover with one frozen), using `command`, `metric` and `stop` from here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 import time
@@ -18,16 +21,12 @@ from pathlib import Path
 import aiohttp
 import orjson
 import yaml
-from aiokafka import AIOKafkaProducer
 from kubernetes_asyncio import client
 
-from schemas.records import DECISIONS, EVICTIONS
 from streams.brokers import process as process_mod
-from streams.kafka import topics
 from tests.k8s import objects
 from tests.k8s.fakeapi import FakeApi
-from tests.k8s.test_actuator import KEY, decision, victim, world
-from tests.k8s.test_source import read_raw, read_topic
+from tests.k8s.test_source import read_topic
 
 # The real entry point, as the console script runs it.
 MAIN = "import sys; from streams.cli.main import main; sys.exit(main(sys.argv[1:]))"
@@ -54,24 +53,30 @@ def kubeconfig(tmp_path: Path, api: client.ApiClient) -> Path:
 
 
 @asynccontextmanager
-async def command(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", MAIN, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    try:
-        yield process
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+async def command(*args: str, log: Path | None = None) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The command in a child process; its stderr goes to `log` when given (a long run's logs
+    would fill a pipe nobody reads, and the child would block on it), else to a pipe."""
+    with contextlib.ExitStack() as files:
+        stderr = files.enter_context(log.open("wb")) if log else asyncio.subprocess.PIPE
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", MAIN, *args, stdout=asyncio.subprocess.DEVNULL, stderr=stderr
+        )
+        try:
+            yield process
+        finally:
+            if process.returncode is None:
+                process.kill()  # SIGKILL ends a stopped (SIGSTOP) child too
+                await process.wait()
 
 
 async def metric(port: int, name: str) -> float:
+    """The sum of a metric's samples over all its labels."""
+    total = 0.0
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as response:
         for line in (await response.text()).splitlines():
             if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
+                total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 async def until(check: Callable[[], object], what: str, process: asyncio.subprocess.Process) -> None:
@@ -93,11 +98,17 @@ async def ready(port: int) -> bool:
         return response.status == 200
 
 
-async def stop(process: asyncio.subprocess.Process) -> str:
+async def stop(process: asyncio.subprocess.Process, log: Path | None = None) -> str:
+    """SIGTERM, as a kubelet stops a container: a clean exit (0); returns what it logged."""
     process.send_signal(signal.SIGTERM)
-    _, stderr = await asyncio.wait_for(process.communicate(), START_TIMEOUT_S)
-    assert process.returncode == 0, stderr.decode()[-3000:]
-    return stderr.decode()
+    try:
+        _, stderr = await asyncio.wait_for(process.communicate(), START_TIMEOUT_S)
+    except TimeoutError:
+        logged = log.read_text(errors="replace")[-3000:] if log else ""
+        raise AssertionError(f"no exit {START_TIMEOUT_S:g}s after SIGTERM\n{logged}") from None
+    logged = log.read_text(errors="replace") if log else stderr.decode()
+    assert process.returncode == 0, logged[-3000:]
+    return logged
 
 
 async def test_source_command(served: tuple[FakeApi, client.ApiClient], tansu: str, tmp_path: Path) -> None:
@@ -122,59 +133,3 @@ async def test_source_command(served: tuple[FakeApi, client.ApiClient], tansu: s
     ours = [orjson.loads(v) for k, v in raw if k == b"cmd-test"]
     assert ours[0]["events"][0]["type"] == "RESYNC"
     assert "initial list written: 2 objects" in stderr
-
-
-async def test_actuator_command(served: tuple[FakeApi, client.ApiClient], tansu: str, tmp_path: Path) -> None:
-    fake, api = served
-    pods = world(fake)
-    key_file = tmp_path / "hmac.key"
-    key_file.write_bytes(KEY + b"\n")
-    await topics.ensure_topics(tansu)
-    producer = AIOKafkaProducer(bootstrap_servers=tansu, acks="all")
-    await producer.start()
-    try:
-        value = orjson.dumps(decision(pods, [victim(pods["v-evict"], "evict")], decision_id="cmd/1/high"))
-        await producer.send_and_wait(DECISIONS, value, key=b"default")
-        forged = orjson.dumps(
-            decision(pods, [victim(pods["v-delete"], "delete")], key=b"wrong", decision_id="x")
-        )
-        await producer.send_and_wait(DECISIONS, forged, key=b"default")
-    finally:
-        await producer.stop()
-    port = process_mod.free_loopback_port()
-    async with command(
-        "actuator", "--broker", f"kafka://{tansu}", "--kubeconfig", str(kubeconfig(tmp_path, api)),
-        "--hmac-key-file", str(key_file), "--lease-name", "preemptctl-actuator", "--lease-namespace", "ops",
-        "--identity", "actuator-0", "--ledger-file", str(tmp_path / "ledger.jsonl"),
-        "--health-port", str(port), "--health-host", "127.0.0.1",
-    ) as process:  # fmt: skip
-        await until(lambda: ready(port), "actuator ready", process)
-
-        async def acted() -> bool:
-            return await metric(port, "preemptctl_actuator_dead_letters_total") >= 1 and bool(
-                [c for c in fake.writes() if c.subresource == "eviction"]
-            )
-
-        await until(acted, "actuator acted", process)
-        outcomes = await read_raw(
-            tansu, EVICTIONS, lambda records: any(b"cmd/1/high" in v for _, v in records)
-        )
-        assert await metric(port, "preemptctl_leader") == 1
-        await stop(process)
-    held = fake.get("pods", "default", "v-evict")
-    assert held is not None and held["metadata"]["deletionTimestamp"]
-    assert pod_untouched(fake, "v-delete")
-    (outcome,) = [orjson.loads(v) for _, v in outcomes if b"cmd/1/high" in v]
-    assert (outcome["result"], outcome["victim"]["name"]) == ("done", "v-evict")
-    lease = fake.get("leases", "ops", "preemptctl-actuator")
-    assert lease is not None and lease["spec"]["holderIdentity"] == ""  # released on SIGTERM
-    ledger = [orjson.loads(line) for line in (tmp_path / "ledger.jsonl").read_bytes().splitlines()]
-    assert {
-        "decisionId": "cmd/1/high",
-        "subject": pods["v-evict"]["metadata"]["uid"],
-        "state": "recorded",
-    } in ledger
-
-
-def pod_untouched(fake: FakeApi, name: str) -> bool:
-    return not [c for c in fake.writes() if c.plural == "pods" and c.name == name]

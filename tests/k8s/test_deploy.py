@@ -1,7 +1,7 @@
 """Everything under deploy/ and docker-compose.yml parses, and grants and runs exactly what the code needs.
 
-Helm is not needed: `render` implements the small part of Go templates the chart
-uses (values, release fields, if/else/end, quote, toYaml, nindent, default), and
+Helm is not needed here: `render` implements the small part of Go templates the chart
+uses (values, release fields, if/else/end, quote, printf, toYaml, nindent, default), and
 fails on anything else, so the chart cannot grow a construct this test cannot
 check. Rendered args are parsed by the real command line, so a renamed flag
 breaks this test rather than a deployment.
@@ -67,6 +67,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "nindent": lambda n, v: "\n" + _indent(n, v),
     "indent": _indent,
     "default": lambda d, v: v if _truthy(v) else d,
+    # Go's %s/%v print strings and integers as Python's str() does.
+    "printf": lambda fmt, *args: fmt.replace("%v", "%s") % tuple(str(a) for a in args),
 }
 
 
@@ -143,6 +145,7 @@ def manifests(chart_values: dict[str, Any]) -> list[dict[str, Any]]:
 DEFAULTS = values()
 EVERYTHING = values(
     hmacSecret="preemptctl-hmac",
+    lease={"durationSeconds": 30, "renewDeadlineSeconds": 20, "retryPeriodSeconds": 2.5},
     actuator__dryRun=True,
     source__extraArgs=["--namespace=team-a", "--scheduler-name=batch"],
     podAnnotations={"team": "sched"},
@@ -198,11 +201,27 @@ def test_chart_metadata_and_values_schema() -> None:
         validator.validate(good)
     for bad in (
         values(broker="localhost:9092"),
-        values(source__replicas=2),
+        values(source__replicas=3),
         values(actuator__extraArgs=["x"]),
+        # What the server refused, or what broke the YAML, before the schema said no:
+        values(source__resources={"requests": {"cpu": "lots"}}),
+        values(cluster='prod"eu'),
+        values(cluster="Prod_EU"),
+        values(actuator__leaseName="l" * 254),
+        values(source__leaseName="Not-A-Name"),
+        values(hmacSecret='key" --dry-run'),
+        values(image__tag="1.0 --x"),
+        values(lease__durationSeconds=12.5),  # the Lease records whole seconds
+        values(lease__renewDeadlineSeconds=5),  # no room for one 5 s write
+        values(lease__retryPeriodSeconds=0),
     ):
         with pytest.raises(jsonschema.ValidationError):
             validator.validate(bad)
+    for good in (
+        values(source__resources={"requests": {"cpu": "1.5", "memory": "512Mi"}, "limits": {"cpu": 2}}),
+        values(actuator__leaseName="preemptctl.actuator-" + "l" * 200),
+    ):
+        validator.validate(good)
 
 
 @pytest.mark.parametrize("chart_values", [DEFAULTS, EVERYTHING], ids=["defaults", "everything"])
@@ -211,7 +230,7 @@ def test_chart_renders_to_the_expected_objects(chart_values: dict[str, Any]) -> 
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
         ["Deployment"] * 3 + ["ServiceAccount"] * 3 + ["ClusterRole"] * 2 + ["ClusterRoleBinding"] * 2
-        + ["Role", "RoleBinding"]
+        + ["Role"] * 2 + ["RoleBinding"] * 2
     )  # fmt: skip
     for doc in docs:
         assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == "pc"
@@ -243,11 +262,17 @@ def test_rbac_is_least_privilege_and_matches_the_code() -> None:
     assert set(cluster_roles) == {"pc-source", "pc-actuator"}
     assert permissions(cluster_roles["pc-source"]["rules"]) == declared(source.REQUIRED_RBAC)
     assert permissions(cluster_roles["pc-actuator"]["rules"]) == declared(actuator.REQUIRED_RBAC)
-    (role,) = by_kind(docs, "Role").values()
-    assert permissions(role["rules"]) == declared(actuator.REQUIRED_LEASE_RBAC)
-    named = [r for r in role["rules"] if r.get("resourceNames")]
-    assert named and all(r["resourceNames"] == ["preemptctl-actuator"] for r in named)
-    assert {v for r in named for v in r["verbs"]} == {"get", "update"}
+    roles = by_kind(docs, "Role")
+    assert set(roles) == {"pc-actuator-lease", "pc-source-lease"}
+    for component, required in (
+        ("actuator", actuator.REQUIRED_LEASE_RBAC),
+        ("source", source.REQUIRED_LEASE_RBAC),
+    ):
+        role = roles[f"pc-{component}-lease"]
+        assert permissions(role["rules"]) == declared(required)
+        named = [r for r in role["rules"] if r.get("resourceNames")]
+        assert named and all(r["resourceNames"] == [f"preemptctl-{component}"] for r in named)
+        assert {v for r in named for v in r["verbs"]} == {"get", "update"}
     # Bindings: each component's role to its own ServiceAccount, and none for the worker.
     bindings = list(by_kind(docs, "ClusterRoleBinding").values()) + list(
         by_kind(docs, "RoleBinding").values()
@@ -255,6 +280,7 @@ def test_rbac_is_least_privilege_and_matches_the_code() -> None:
     bound = {(b["roleRef"]["name"], s["name"]) for b in bindings for s in b["subjects"]}
     assert bound == {
         ("pc-source", "pc-source"),
+        ("pc-source-lease", "pc-source"),
         ("pc-actuator", "pc-actuator"),
         ("pc-actuator-lease", "pc-actuator"),
     }
@@ -302,6 +328,13 @@ def test_deployments_run_the_right_component_with_probes(chart_values: dict[str,
         "$(POD_NAME)",
     )
     assert act.dry_run is chart_values["actuator"]["dryRun"]
+    timings = chart_values["lease"]
+    for parsed in (src, act):
+        assert (parsed.lease_duration, parsed.renew_deadline, parsed.retry_period) == (
+            timings["durationSeconds"],
+            timings["renewDeadlineSeconds"],
+            timings["retryPeriodSeconds"],
+        )
     assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container(
         deployments["pc-actuator"]
     )["env"]

@@ -8,9 +8,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from streams.cli import main
 from streams.common import health
 from streams.common.errors import UsageError
-from streams.kube import actuator, source
+from streams.kube import actuator, lease, source
 
 
 async def test_probes_and_metrics() -> None:
@@ -90,3 +91,30 @@ def test_actuator_command_line(tmp_path: Path) -> None:
         actuator.cmd_actuator(
             parser().parse_args(["actuator", "--broker", "kafka://k:1", "--lease-name", "l"])
         )
+
+
+def test_lease_timings_are_flags_and_nonsense_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    defaults = parser().parse_args(["actuator", "--broker", "kafka://k:1"])
+    assert (defaults.lease_duration, defaults.renew_deadline, defaults.retry_period) == (
+        lease.LEASE_DURATION_S,
+        lease.RENEW_DEADLINE_S,
+        lease.RETRY_PERIOD_S,
+    )
+    tuned = parser().parse_args(
+        ["source", "--broker", "kafka://k:1", "--lease-duration", "30", "--renew-deadline", "20",
+         "--retry-period", "4"]
+    )  # fmt: skip
+    assert (tuned.lease_duration, tuned.renew_deadline, tuned.retry_period) == (30, 20.0, 4.0)
+    for command in ("source", "actuator"):
+        for timings, why in (
+            (["--renew-deadline", "15"], "need retry period < renew deadline < lease duration"),
+            (["--retry-period", "10"], "need retry period < renew deadline < lease duration"),
+            (["--retry-period", "0"], "retry period must be positive"),
+            (["--renew-deadline", "4", "--retry-period", "1"], "must exceed the 5s write timeout"),
+        ):
+            code = main.main([command, "--broker", "kafka://k:1", "--lease-name", "l", "--lease-namespace",
+                              "ns", *timings])  # fmt: skip
+            err = capsys.readouterr().err
+            assert code == 2 and err.count("\n") == 1 and why in err, (command, timings, err)
+    with pytest.raises(SystemExit):  # the Lease records whole seconds
+        parser().parse_args(["actuator", "--broker", "kafka://k:1", "--lease-duration", "12.5"])

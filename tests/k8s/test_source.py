@@ -1,4 +1,7 @@
-"""The source against a kmock API server: list, watch, 410, bookmarks, ticks, backoff, scope, batching.
+"""The source against a kmock API server: list, watch, 410, ticks, backoff, scope, batching.
+
+Bookmarks, list-then-watch order and 410 after a real compaction are tested
+against a real kube-apiserver in tests/k8s/test_real_api.py.
 
 The first two scenarios write to a real (embedded tansu) broker and read the
 topic back; the rest capture records in memory, which is the same code path
@@ -8,7 +11,6 @@ behind the sink.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -20,7 +22,6 @@ import jsonschema
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from kubernetes_asyncio import client
-from prometheus_client import REGISTRY
 
 from streams.kafka import topics
 from streams.kafka.sink import KafkaSink, MemorySink, RecordSink
@@ -186,76 +187,7 @@ async def test_initial_list_and_watch_reach_the_log(
         assert record["v"] == 1 and record["cluster"] == "prod-eu1"
 
 
-async def test_410_relists_with_resync_and_tombstones(
-    served: tuple[FakeApi, client.ApiClient], tansu: str
-) -> None:
-    fake, api = served
-    seed(fake)
-    topic = fresh_topic("cluster-events-410")
-    await topics.ensure_topics(tansu, [topics.TopicSpec(topic)])
-    old_c = fake.get("pods", "default", "c")
-    assert old_c is not None
-    expired = REGISTRY.get_sample_value("preemptctl_source_resyncs_total", {"reason": "expired"}) or 0.0
-    async with KafkaSink(tansu) as sink, running(api, sink, topic=topic):
-        # The gap: the watch stops hearing, pods come and go, then its history is compacted.
-        fake.pause_watches()
-        fake.remove("pods", "default", "a")
-        fake.remove("pods", "default", "b")
-        fake.remove("pods", "default", "c")
-        fake.create("pods", objects.pod("c", node="n2"))  # same name, new uid
-        fake.create("pods", objects.pod("e", node="n1"))
-        list_version = fake.rv
-        fake.expire_watches()
-        events, _ = await read_topic(
-            tansu, topic, lambda evs: [e["type"] for e in evs].count("RESYNC") == 2 and deleted("b")(evs)
-        )
-        # Watches resumed after the relist: later changes still arrive.
-        fake.create("pods", objects.pod("f", node="n1"))
-        events, _ = await read_topic(tansu, topic, lambda evs: ("Pod", "f") in names(evs, "ADDED"))
-
-    assert REGISTRY.get_sample_value("preemptctl_source_resyncs_total", {"reason": "expired"}) == expired + 1
-    second = [i for i, e in enumerate(events) if e["type"] == "RESYNC"][1]
-    relist = events[second + 1 :]
-    # RESYNC, then the full relist as one ADDED run, then the tombstones.
-    added = list(itertools.takewhile(lambda e: e["type"] == "ADDED", relist))
-    tombstones = list(itertools.takewhile(lambda e: e["type"] == "DELETED", relist[len(added) :]))
-    assert set(names(added)) >= {("Pod", "c"), ("Pod", "e"), ("Node", "n1"), ("ElasticQuota", "team")}
-    assert ("Pod", "a") not in names(added) and ("Pod", "b") not in names(added)
-    assert sorted(names(tombstones)) == [("Pod", "a"), ("Pod", "b"), ("Pod", "c")]
-    old_uid = old_c["metadata"]["uid"]
-    assert old_uid in {e["object"]["metadata"]["uid"] for e in tombstones}
-    assert old_uid not in {e["object"]["metadata"]["uid"] for e in added}
-    for tombstone in tombstones:
-        # Newer than anything seen before the gap, so an idempotent fold applies it.
-        assert int(tombstone["object"]["metadata"]["resourceVersion"]) >= list_version
-        assert tombstone["object"]["apiVersion"] == "v1" and tombstone["object"]["metadata"]["namespace"]
-    # Nothing from inside the gap leaked out of the paused watch.
-    before = events[:second]
-    assert ("Pod", "e") not in names(before) and not names(before, "DELETED")
-    assert ("Pod", "f") in names(relist, "ADDED")
-
-
 # ---- in memory ------------------------------------------------------------------------
-
-
-async def test_bookmarks_move_the_version_and_write_nothing(served: tuple[FakeApi, client.ApiClient]) -> None:
-    fake, api = served
-    seed(fake)
-    sink = MemorySink()
-    async with running(api, sink, watch_timeout_s=1):
-        await watching(fake, "pods")
-        version = fake.bookmark()
-        # The server ends each watch after timeoutSeconds; the source must resume from the bookmark.
-        deadline = time.monotonic() + STEP_TIMEOUT_S
-        while not [
-            c for c in fake.calls if c.plural == "pods" and c.params.get("resourceVersion") == str(version)
-        ]:
-            assert time.monotonic() < deadline, "no watch resumed from the bookmark's version"
-            await asyncio.sleep(0.05)
-        fake.create("pods", objects.pod("g", node="n1"))
-        events = await wait_events(sink, lambda evs: ("Pod", "g") in names(evs))
-    assert "BOOKMARK" not in {e["type"] for e in events}
-    assert [e["type"] for e in events].count("RESYNC") == 1  # resumed, not relisted
 
 
 async def test_ticks_advance_the_clock_while_idle(served: tuple[FakeApi, client.ApiClient]) -> None:
