@@ -5,4 +5,8 @@ imports an asynchronous runtime; every decision is a function of the objects
 and the instant it is given. `streams` wraps it with Kafka and Kubernetes.
 """
 
-ENGINE_VERSION = "0.1.0"
+# Recorded in every decision (`engineVersion`): replaying a log with another engine
+# version may legitimately decide differently. 0.2.0: PDB violations counted on the
+# final victims, `node` for single-pod job preemptors, minimal ties by start time,
+# explanations of three candidates and none for a fitting pod.
+ENGINE_VERSION = "0.2.0"
