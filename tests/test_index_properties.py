@@ -60,6 +60,9 @@ def _preemptors(cluster: Cluster) -> dict[str, list[Pod]]:
         "big": [gen.pod("q-big", node=None, priority=5000, cpu_m=2000, mem_gi=1)],
         "nominated": [gen.pod("q-nom", node=None, priority=1000, cpu_m=1500, nominated="n2")],
         "zoned": [gen.pod("q-zone", node=None, priority=1000, cpu_m=1000)],
+        # The same priority and requests as "zoned" with other node filters: one shared ranking.
+        "unzoned": [gen.pod("q-any", node=None, priority=1000, cpu_m=1000)],
+        "tolerating": [gen.pod("q-tol", node=None, priority=1000, cpu_m=1000)],
         "gang": [
             flowgen.jpod(
                 f"g-{i}", namespace="team-a", priority=1000, cpu_m=1000, group="g1", preemptible="true"
@@ -70,6 +73,10 @@ def _preemptors(cluster: Cluster) -> dict[str, list[Pod]]:
         "daemonset": [flowgen.ds_pod("agent-x", required="n1", priority=1000, cpu_m=1000)],
     }
     raws["zoned"][0]["spec"]["nodeSelector"] = {"zone": "b"}
+    raws["tolerating"][0]["spec"]["tolerations"] = [
+        {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+    ]
     out = {}
     for shape, pods in raws.items():
         for obj in pods:
