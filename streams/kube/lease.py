@@ -170,8 +170,9 @@ class LeaseElector:
             return f"Lease loop made no round for {self._monotonic() - self._round_at:.0f}s"
         return None
 
-    async def wait_leader(self) -> None:
-        while not self.is_leader():
+    async def wait_leader(self, needed_s: float = 0.0) -> None:
+        """Return once this process holds the Lease with more than `needed_s` of validity left."""
+        while self.remaining_s() <= needed_s:
             self._became_leader.clear()
             await self._became_leader.wait()
 

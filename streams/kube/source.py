@@ -38,7 +38,9 @@ Kubernetes edge cases, each handled here and only here:
 - One writer per cluster log: with a Lease (streams.kube.lease) only its holder
   lists, watches and writes. A source that loses the Lease stops following and
   drops what it has not written yet (the next holder's RESYNC restates the
-  cluster); one that gains it relists.
+  cluster); one that gains it relists. A record the Lease check refuses (a late
+  renewal: too little validity left for a write) leaves a gap even if the Lease
+  is then renewed, so it too stops following and relists (Publisher.fenced).
 - Any other API error: exponential backoff (kube.Backoff), then the same step again.
 """
 
@@ -291,6 +293,10 @@ class Publisher:
         self._queue: asyncio.Queue[bytes] = asyncio.Queue(queue_size)
         self._carry: bytes | None = None
         self._backoff = backoff
+        # Set when the Lease check refused a record: the log has a gap from then on. Every later
+        # record is dropped too (events after a gap must not look continuous) until `discard()`,
+        # which the source calls once it has stopped following, before it relists.
+        self.fenced = asyncio.Event()
 
     async def put(self, event: dict[str, Any]) -> None:
         await self._queue.put(orjson.dumps(event))
@@ -301,7 +307,9 @@ class Publisher:
         await self._queue.join()
 
     def discard(self) -> int:
-        """Drop every event not written yet (the Lease was lost); returns how many."""
+        """Drop every event not written yet (the Lease was lost, or a write was refused) and clear
+        `fenced`; returns how many were dropped. The caller relists next: RESYNC restates the cluster."""
+        self.fenced.clear()
         dropped = 0
         if self._carry is not None:
             self._carry = None
@@ -332,23 +340,27 @@ class Publisher:
             parts = self._take(first)
             value = self._head + b",".join(parts) + b"]}"
             backoff = self._backoff()
-            while True:
+            while not self.fenced.is_set():
                 try:
                     self._guard()  # one writer per log: never after the Lease has passed on
                     with SEND_SECONDS.time():
                         await self._sink.send(self._topic, value, key=self._key)
+                    RECORDS.inc()
+                    RECORD_BYTES.observe(len(value))
+                    RECORD_EVENTS.observe(len(parts))
                     break
                 except lease.NotLeader as exc:
-                    log.warning("not writing %d events: %s", len(parts), exc)
-                    break  # dropped: the Lease's next holder relists, and RESYNC restates the cluster
+                    # Dropped, and so is everything after it until the source relists: whoever
+                    # writes next (this source, once renewed, or another) starts with RESYNC. A
+                    # renewal may well land before the Lease is lost, so the drop itself must
+                    # trigger the relist (Source._deposed), not only a lost Lease.
+                    log.warning("not writing %d events, relisting: %s", len(parts), exc)
+                    self.fenced.set()
                 except Exception as exc:  # any producer failure: the record must still go, in order
                     SEND_ERRORS.inc()
                     delay = backoff.delay()
                     log.warning("writing %d events failed (%s); retrying in %.1fs", len(parts), exc, delay)
                     await asyncio.sleep(delay)
-            RECORDS.inc()
-            RECORD_BYTES.observe(len(value))
-            RECORD_EVENTS.observe(len(parts))
             for _ in parts:
                 self._queue.task_done()
             QUEUED.set(self._queue.qsize())
@@ -475,7 +487,8 @@ class Source:
             return
         reason = "start"
         while True:
-            await self._elector.wait_leader()
+            # Long enough to write: a holder whose renewal is late would only be refused again.
+            await self._elector.wait_leader(needed_s=kube.WRITE_TIMEOUT_S)
             log.info("holding Lease %s/%s: listing the cluster", self._elector.namespace, self._elector.name)
             leading = asyncio.create_task(self._lead(reason), name="source-leading")
             deposed = asyncio.create_task(self._deposed(), name="source-deposed")
@@ -486,18 +499,21 @@ class Source:
             if leading in done:
                 leading.result()  # it only ends by raising
             dropped = self.publisher.discard()
-            log.warning("lost the Lease: stopped following, %d unwritten events dropped", dropped)
+            why = "a write was refused" if self._elector.is_leader() else "lost the Lease"
+            log.warning("%s: stopped following, %d unwritten events dropped", why, dropped)
             reason = "leader"
 
     async def _deposed(self) -> None:
-        """Return once this source may no longer write (checked every retry period)."""
+        """Return once the Lease is lost (checked four times a retry period) or the publisher refused
+        a record (at once): either way the log now has a gap, and only a relist closes it. A holder
+        whose renewal is merely late and that had nothing to write keeps following."""
         assert self._elector is not None
-        while True:
+        while self._elector.is_leader():
             try:
-                self._elector.check()
-            except lease.NotLeader:
+                await asyncio.wait_for(self.publisher.fenced.wait(), self._elector.retry_period_s / 4)
                 return
-            await asyncio.sleep(self._elector.retry_period_s / 4)
+            except TimeoutError:
+                continue
 
     async def _lead(self, reason: str) -> None:
         """Relist and follow, relisting whenever the watches need it, until cancelled."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -20,13 +21,14 @@ from typing import Any
 
 import jsonschema
 import orjson
+import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from kubernetes_asyncio import client
 
 from streams.kafka import topics
 from streams.kafka.sink import KafkaSink, MemorySink, RecordSink
 from streams.kube import api as kube
-from streams.kube import source
+from streams.kube import lease, source
 from tests.k8s import objects
 from tests.k8s.conftest import fresh_topic
 from tests.k8s.fakeapi import KINDS, FakeApi
@@ -321,3 +323,40 @@ async def test_publisher_batches_under_load_and_not_when_idle() -> None:
     assert len(batches) < 100 and all(len(r.value) <= 4096 + 64 for r in loaded)
     assert len(orjson.loads(sink.records[-1].value)["events"]) == 1
     assert {r.key for r in sink.records} == {b"c"}
+
+
+# ---- the single-writer Lease ------------------------------------------------------------
+
+
+async def test_a_write_the_lease_check_refused_is_restated_by_a_relist(
+    served: tuple[FakeApi, client.ApiClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A renewal that comes late (a slow API server) leaves the holder less validity than a write
+    needs, without losing the Lease: the publisher refuses the record in hand. If the renewal then
+    lands, the source is leader again and goes on writing, so the refused events must come back
+    through a relist (RESYNC restates the cluster); otherwise the log silently lacks them."""
+    fake, api = served
+    fake.create("nodes", objects.node("n1"))
+    clock = [0.0]
+    # One round at start, none during the test: the test renews by hand.
+    elector = lease.LeaseElector(
+        api, name="src", namespace="default", identity="me", retry_period_s=9.0, monotonic=lambda: clock[0]
+    )
+    sink = MemorySink()
+    caplog.set_level(logging.WARNING, logger="streams.kube.source")
+    async with running(api, sink, elector=elector):
+        # Still the holder, but with less validity left than one write's timeout.
+        clock[0] = lease.RENEW_DEADLINE_S - kube.WRITE_TIMEOUT_S + 1.0
+        assert elector.is_leader()
+        fake.create("pods", objects.pod("refused", node="n1"))
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while "not writing" not in caplog.text:
+            assert time.monotonic() < deadline, "the publisher never met the Lease check"
+            await asyncio.sleep(0.005)
+        assert await elector.try_acquire_or_renew()  # the late renewal lands
+        fake.create("pods", objects.pod("after", node="n1"))
+        events = await wait_events(sink, lambda evs: ("Pod", "after") in names(evs))
+        events = await wait_events(sink, lambda evs: ("Pod", "refused") in names(evs))
+    # A RESYNC stands between the gap and anything written after it.
+    gap = max(i for i, e in enumerate(events) if e["type"] == "RESYNC")
+    assert gap > 0 and ("Pod", "refused") in names(events[gap:])
