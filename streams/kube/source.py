@@ -92,6 +92,10 @@ WATCH_TIMEOUT_S = 300
 # The client gives the server this long past timeoutSeconds before it calls the
 # connection dead (bookmarks arrive about once a minute on an idle watch).
 WATCH_READ_MARGIN_S = 30.0
+# A watch the server (or a proxy, a load balancer) ends within this long having delivered
+# nothing, not even a bookmark, is a fault, not a timeout: resumed at once, it would loop as
+# fast as the server answers. client-go's reflector calls it a "very short watch" and backs off.
+SHORT_WATCH_S = 1.0
 # How often the source asks discovery whether the ElasticQuota CRD appeared.
 CRD_RECHECK_S = 60.0
 # A relist needed again within this long of the previous one waits a backoff first:
@@ -243,6 +247,10 @@ def _identity(resource: Resource, obj: dict[str, Any]) -> Key:
     if resource.namespaced:
         return resource.kind, str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
     return resource.kind, str(meta.get("name"))
+
+
+class ShortWatch(Exception):
+    """A watch that ended at once with nothing in it (see SHORT_WATCH_S): retried with backoff."""
 
 
 class Resync(Exception):
@@ -723,9 +731,11 @@ class Source:
     async def _watch(self, stream: Stream, arrived: Arrivals, opened: asyncio.Event) -> None:
         """Follow one stream, resuming after each watch ends; `opened` is set once it first answers."""
         backoff = self._backoff()
+        loop = asyncio.get_running_loop()
         while True:
+            started = loop.time()
             try:
-                await self._watch_once(stream, backoff, arrived, opened)
+                delivered = await self._watch_once(stream, backoff, arrived, opened)
             except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 opened.set()  # the relist goes on; this watch retries on its own
                 status = kube.status_of(exc)
@@ -734,6 +744,11 @@ class Source:
                 if status == 404 and stream.resource is ELASTIC_QUOTAS:
                     raise Resync("crd-removed", "ElasticQuota CRD removed") from exc
                 await self._failed(stream.name, exc, backoff)
+                continue
+            if not delivered and loop.time() - started < SHORT_WATCH_S:
+                await self._failed(
+                    stream.name, ShortWatch(f"ended after {loop.time() - started:.2f}s, empty"), backoff
+                )
 
     async def _watch_once(
         self,
@@ -741,7 +756,9 @@ class Source:
         backoff: kube.Backoff,
         arrived: Arrivals,
         opened: asyncio.Event,
-    ) -> None:
+    ) -> int:
+        """One watch request, until the server ends it; returns how many events it delivered."""
+        delivered = 0
         query = [
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),
@@ -775,8 +792,10 @@ class Source:
                 if version:
                     stream.version = version
                 backoff.reset()
+                delivered += 1
         finally:
             response.close()
+        return delivered
 
 
 # ---- command line -----------------------------------------------------------------

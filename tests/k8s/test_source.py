@@ -360,3 +360,28 @@ async def test_a_write_the_lease_check_refused_is_restated_by_a_relist(
     # A RESYNC stands between the gap and anything written after it.
     gap = max(i for i, e in enumerate(events) if e["type"] == "RESYNC")
     assert gap > 0 and ("Pod", "refused") in names(events[gap:])
+
+
+async def test_a_watch_that_ends_at_once_is_retried_with_backoff(
+    served: tuple[FakeApi, client.ApiClient],
+) -> None:
+    """A watch answered 200 and closed at once with nothing in it (a proxy or load balancer cutting
+    streams, an API server shutting down) is a fault: resumed at once it would loop as fast as the
+    server answers. Like client-go's "very short watch", it backs off."""
+    fake, api = served
+    fake.create("nodes", objects.node("n1"))
+    sink = MemorySink()
+
+    def backoff() -> kube.Backoff:
+        return kube.Backoff(initial_s=0.1, max_s=0.4, jitter=0.0)
+
+    fake.short_watches = True
+    async with running(api, sink, backoff=backoff):
+        before = len([c for c in fake.calls if c.plural == "nodes" and "watch" in c.params])
+        await asyncio.sleep(1.0)
+        watches = len([c for c in fake.calls if c.plural == "nodes" and "watch" in c.params]) - before
+        fake.short_watches = False
+        fake.create("pods", objects.pod("later", node="n1"))  # and it still follows afterwards
+        await wait_events(sink, lambda evs: ("Pod", "later") in names(evs))
+    # 0.1 + 0.2 + 0.4 + 0.4: about 4 in a second (as fast as the server answers without the backoff).
+    assert 1 <= watches <= 8, watches
