@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import re
+import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -27,6 +30,7 @@ from typing import Any, cast
 
 import orjson
 import pytest
+import yaml
 from aiokafka import AIOKafkaProducer
 from kubernetes_asyncio import client
 
@@ -192,6 +196,82 @@ def test_helm_lint_and_server_side_dry_run(kube_cluster: cluster.TestCluster) ->
     for bad in (["--set", "source.resources.requests.cpu=lots"], ["--set", 'cluster=prod"eu']):
         refused = subprocess.run([helm, "template", "x", str(CHART), *bad], capture_output=True, text=True)
         assert refused.returncode != 0 and "values don't meet the specifications" in refused.stderr
+
+
+DEPLOY_DOC = CHART.parents[2] / "docs" / "deploy.md"
+
+
+def documented_helm_commands() -> dict[str, list[str]]:
+    """The first `helm install`, `helm upgrade` and `helm rollback` of docs/deploy.md, as argv."""
+    text = DEPLOY_DOC.read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+    found: dict[str, list[str]] = {}
+    for block in blocks:
+        for line in block.replace("\\\n", " ").splitlines():
+            argv = shlex.split(line)
+            if argv[:1] == ["helm"] and len(argv) > 1:
+                found.setdefault(argv[1], argv)
+    return found
+
+
+def test_the_documented_install_upgrade_and_rollback(
+    kube_cluster: cluster.TestCluster, tmp_path: Path
+) -> None:
+    """docs/deploy.md's commands as written, by the real helm against the test API server: install
+    this chart, upgrade to a next version that adds a value with a default (as the `lease:` block
+    was added once), roll back. Only the release, its namespace and the chart path are changed
+    (the session's own install holds the documented names)."""
+    helm = cluster.tool("helm")
+    commands = documented_helm_commands()
+    assert {"install", "upgrade", "rollback"} <= set(commands), sorted(commands)
+    release, namespace = "doc", f"doc-{uuid.uuid4().hex[:6]}"
+    following = tmp_path / "preemptctl"
+    shutil.copytree(CHART, following)
+    chart = yaml.safe_load((following / "Chart.yaml").read_text())
+    (following / "Chart.yaml").write_text(yaml.safe_dump({**chart, "version": chart["version"] + "-next"}))
+    with (following / "values.yaml").open("a") as out:
+        out.write("\nnextOnly: added-later\n")
+    schema = orjson.loads((following / "values.schema.json").read_bytes())
+    schema["properties"]["nextOnly"] = {"type": "string"}
+    schema["required"].append("nextOnly")
+    (following / "values.schema.json").write_bytes(orjson.dumps(schema))
+    (following / "templates" / "next.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ printf "%s-next" .Release.Name | quote }}\n'
+        "  namespace: {{ .Release.Namespace | quote }}\ndata:\n  value: {{ .Values.nextOnly | quote }}\n"
+    )
+
+    def run(argv: list[str], chart_path: Path | None) -> None:
+        argv = list(argv)
+        argv[2] = release
+        argv[argv.index("-n") + 1] = namespace
+        if chart_path is not None:
+            argv[argv.index(str(CHART.relative_to(CHART.parents[2])))] = str(chart_path)
+        done = subprocess.run(
+            [str(helm), *argv[1:], "--kubeconfig", str(kube_cluster.kubeconfig("admin"))],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 0, f"{shlex.join(argv)}: {done.stderr}"
+
+    def deployment_image() -> str:
+        found = kube_cluster.request(
+            "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{release}-source"
+        )
+        return str(found["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    try:
+        run(commands["install"], CHART)
+        installed = deployment_image()
+        run(commands["upgrade"], following)
+        configmap = kube_cluster.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{release}-next")
+        assert configmap["data"]["value"] == "added-later"  # the new chart's default reached the release
+        assert deployment_image() != installed  # and the upgrade's own --set did
+        run(commands["rollback"], None)
+        assert deployment_image() == installed
+    finally:
+        admin = str(kube_cluster.kubeconfig("admin"))
+        subprocess.run(
+            [str(helm), "uninstall", release, "-n", namespace, "--kubeconfig", admin], capture_output=True
+        )
 
 
 def test_components_can_do_exactly_what_the_code_calls(kube_cluster: cluster.TestCluster) -> None:
