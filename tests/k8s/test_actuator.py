@@ -356,6 +356,11 @@ def test_event_messages_and_names_stay_within_limits() -> None:
     assert eviction.truncate("x" * 5000) == "x" * 1021 + "..."
     assert len(eviction.truncate("y" * 5000)) == eviction.EVENT_MESSAGE_LIMIT
     assert eviction.truncate("short") == "short"
+    # The server counts a note's bytes, not its characters.
+    wide = eviction.truncate("é" * 1000)
+    assert len(wide.encode()) <= eviction.EVENT_MESSAGE_LIMIT and wide.endswith("...")
+    # A cut name never ends a DNS label with '-' or '.'.
+    assert eviction.event_name("a" * 235 + "-.b" + "c" * 20, "d", "u").startswith("a" * 235 + ".")
     name = eviction.event_name("p" * 300, "cluster/1/uid", "uid")
     assert len(name) <= 253 and name == eviction.event_name("p" * 300, "cluster/1/uid", "uid")
     assert name != eviction.event_name("p" * 300, "cluster/2/uid", "uid")

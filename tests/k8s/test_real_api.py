@@ -373,6 +373,27 @@ async def test_delete_evict_label_nominate_and_events(
     assert event["eventTime"].endswith("Z") and event["reportingController"] == "preemptctl"
 
 
+async def test_events_are_accepted_at_the_limits_of_names_and_times(
+    kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Event of a victim whose name is as long as a pod's may be, cut where a '-' ends the cut;
+    an instance identity longer than reportingInstance's 128; a clock on a whole second (eventTime
+    is MicroTime, which the server parses only with its six fraction digits). A refused Event is
+    only logged, so the test looks for the Event itself."""
+    monkeypatch.setattr(kube, "now", lambda: datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC))
+    high = kube_cluster.apply(pod("high", ns))
+    long_name = "a" * 235 + "-" + "b" * 17  # 253 characters; an Event name keeps 236 of them
+    target = kube_cluster.apply(pod(long_name, ns, node_name="n1"))
+    sink = MemorySink()
+    actions = eviction.Actions(as_actuator, identity="pod-" + "i" * 200, retry=FAST)
+    act = Actuator(actions, sink, Ledger(), hmac_key=KEY)
+    await act.handle(decision(high, [victim(target, "label")], f"default/ev/{ns}"), key=None, origin=ORIGIN)
+    assert [r["result"] for r in results(sink).values()] == ["done"]
+    (event,) = kube_cluster.request("GET", f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
+    assert event["regarding"]["name"] == long_name and event["eventTime"] == "2026-01-01T12:00:00.000000Z"
+    assert len(event["reportingInstance"]) <= eviction.REPORTING_INSTANCE_LIMIT
+
+
 async def test_eviction_answers_of_real_pdbs(
     kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str
 ) -> None:
