@@ -133,6 +133,9 @@ class LeaseElector:
         self._became_leader = asyncio.Event()
         self._round_at: float | None = None  # monotonic time the loop last finished a round
         self._ended: str | None = None  # why run() ended, when it did other than by cancellation
+        # The holder the last round saw (this process's identity once it holds the Lease), or
+        # None before any round: lets a standby tell "another process leads" from "no answer yet".
+        self.holder: str | None = None
         LEADER.labels(name).set(0)
 
     @property
@@ -241,6 +244,7 @@ class LeaseElector:
         if record != self._observed:
             self._observed, self._observed_at = record, started
         holder = spec.holder_identity
+        self.holder = holder or ""
         duration = spec.lease_duration_seconds or self._duration_s
         if holder and holder != self.identity and started < self._observed_at + duration:
             return False  # held, and renewed within its duration as far as we can see
@@ -298,6 +302,7 @@ class LeaseElector:
             log.info("acquired Lease %s/%s as %s", self.namespace, self.name, self.identity)
             TRANSITIONS.labels(self.name).inc()
         self._renewed_at = started
+        self.holder = self.identity
         LEADER.labels(self.name).set(1)
         self._became_leader.set()
         return True

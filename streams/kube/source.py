@@ -453,7 +453,8 @@ class Source:
         self._streams: list[Stream] = []
         self._quotas_served = False
         self._stopping = asyncio.Event()
-        self.ready = asyncio.Event()
+        self.ready = asyncio.Event()  # the first initial list is in the log
+        self._listed = False  # this leadership's initial list is in the log
 
     def stop(self) -> None:
         self._stopping.set()
@@ -495,8 +496,15 @@ class Source:
             return
         reason = "start"
         while True:
-            # Long enough to write: a holder whose renewal is late would only be refused again.
-            await self._elector.wait_leader(needed_s=kube.WRITE_TIMEOUT_S)
+            standing_by = asyncio.create_task(self._stand_by(), name="source-standby")
+            try:
+                # Long enough to write: a holder whose renewal is late would only be refused again.
+                await self._elector.wait_leader(needed_s=kube.WRITE_TIMEOUT_S)
+            finally:
+                standing_by.cancel()
+                await asyncio.gather(standing_by, return_exceptions=True)
+            self._listed = False
+            self._set_ready(False)  # until this leadership's initial list is in the log
             log.info("holding Lease %s/%s: listing the cluster", self._elector.namespace, self._elector.name)
             leading = asyncio.create_task(self._lead(reason), name="source-leading")
             deposed = asyncio.create_task(self._deposed(), name="source-deposed")
@@ -510,6 +518,20 @@ class Source:
             why = "a write was refused" if self._elector.is_leader() else "lost the Lease"
             log.warning("%s: stopped following, %d unwritten events dropped", why, dropped)
             reason = "leader"
+
+    def _set_ready(self, ready: bool) -> None:
+        if self._health is not None:
+            self._health.set_ready(ready)
+
+    async def _stand_by(self) -> None:
+        """Ready while another process holds the Lease: a healthy standby (a Deployment's rollout,
+        `helm --wait`, wait for every replica to be ready; a standby never would be otherwise)."""
+        assert self._elector is not None
+        while True:
+            holder = self._elector.holder
+            if holder and holder != self._elector.identity:
+                self._set_ready(True)
+            await asyncio.sleep(self._elector.retry_period_s / 4)
 
     async def _deposed(self) -> None:
         """Return once the Lease is lost (checked four times a retry period) or the publisher refused
@@ -643,13 +665,13 @@ class Source:
                     )
                     TOMBSTONES.labels(held.resource.kind).inc()
                     await self._emit("DELETED", self._tombstone(held, version))
-                if not self.ready.is_set():
+                if not self._listed:
                     # Ready means the initial state is durable in the log, not merely listed.
                     await self.publisher.flush()
-                    self.ready.set()
-                    if self._health is not None:
-                        self._health.set_ready(True)
+                    self._listed = True
+                    self._set_ready(True)
                     log.info("initial list written: %d objects", len(self._held))
+                    self.ready.set()
                 group.create_task(self._deliver(arrived), name="deliver")
                 group.create_task(self._tick(), name="tick")
                 if not self._quotas_served:

@@ -36,6 +36,7 @@ from kubernetes_asyncio import client
 
 from schemas.records import DECISIONS, VictimRecord
 from streams.brokers.process import free_loopback_port
+from streams.common import health
 from streams.kafka import topics as kafka_topics
 from streams.kafka.sink import MemorySink
 from streams.kube import api as kube
@@ -1028,14 +1029,24 @@ async def test_only_the_lease_holder_writes_the_log(
         monotonic=lambda: time.monotonic() + clock[0],
     )
     scope = source.Scope(namespaces=(ns,))
+    state = health.Health("standby-source")
     async with running_source(as_source, first, scope=scope, elector=a):
         other = source.Source(
-            as_source, second, scope=scope, elector=b, tick_seconds=NO_TICKS, backoff=fast_backoff
+            as_source,
+            second,
+            scope=scope,
+            elector=b,
+            tick_seconds=NO_TICKS,
+            backoff=fast_backoff,
+            health_state=state,
         )
         task = asyncio.create_task(other.run())
         try:
             await asyncio.sleep(1.0)
             assert second.records == [] and not other.ready.is_set()  # a standby writes nothing
+            # ... and is ready: a healthy standby (otherwise `helm --wait` and `kubectl rollout
+            # status` never finish for source.replicas=2).
+            assert state.ready
         finally:
             other.stop()
             await asyncio.wait_for(task, STEP_TIMEOUT_S)
