@@ -41,6 +41,12 @@ Kubernetes edge cases, each handled here and only here:
   cluster); one that gains it relists. A record the Lease check refuses (a late
   renewal: too little validity left for a write) leaves a gap even if the Lease
   is then renewed, so it too stops following and relists (Publisher.fenced).
+- An object too large for any record (MAX_EVENT_BYTES; the producer would refuse
+  it for good and, retried, it would hold back the whole log) is written without
+  the bulky fields no decision reads (env, command lines, probes; the
+  TRIMMED_ANNOTATION says which); a deletion still too large as its tombstone;
+  anything else still too large is left out, logged as an error and counted.
+- A watch that ends at once with nothing in it is retried with backoff (SHORT_WATCH_S).
 - Any other API error: exponential backoff (kube.Backoff), then the same step again.
 """
 
@@ -62,7 +68,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from schemas import VERSION
 from schemas.records import CLUSTER_EVENTS
 from streams.common import health
-from streams.kafka.sink import KafkaSink, RecordSink
+from streams.kafka.sink import PRODUCER_MAX_REQUEST_BYTES, KafkaSink, RecordSink
 from streams.kube import api as kube
 from streams.kube import component, lease
 
@@ -79,6 +85,19 @@ DEFAULT_TICK_SECONDS = 5.0
 # A record holds at most this much event JSON (DESIGN §5: ~1 MiB), well under the
 # topic's max.message.bytes; a single larger object still goes alone.
 MAX_RECORD_BYTES = 1024 * 1024
+# One event alone must fit in a record the producer accepts (PRODUCER_MAX_REQUEST_BYTES),
+# with room for the record's envelope, key, headers and batch overhead. A larger record is
+# refused for good, and retrying it would hold back every event after it forever.
+MAX_EVENT_BYTES = PRODUCER_MAX_REQUEST_BYTES - 64 * 1024
+# Written on an object that was too large for a record: which fields were left out.
+TRIMMED_ANNOTATION = "preemptctl.io/trimmed"
+# What no decision reads and can make one object larger than a record (env values, command
+# lines: the etcd limit is 1.5 MiB, and JSON escaping grows that): left out of such an object.
+_BULKY_CONTAINER_FIELDS = (
+    "env", "envFrom", "args", "command", "lifecycle", "livenessProbe", "readinessProbe", "startupProbe",
+    "volumeMounts", "volumeDevices",
+)  # fmt: skip
+_BULKY_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 # Events waiting for the producer; a full queue pauses the watches (backpressure)
 # instead of growing memory while Kafka is slow or away.
 QUEUE_MAX_EVENTS = 10_000
@@ -122,6 +141,11 @@ SEND_ERRORS = Counter("preemptctl_source_send_errors_total", "Failed record writ
 QUEUED = Gauge("preemptctl_source_queued_events", "Events waiting to be written.")
 RESYNCS = Counter("preemptctl_source_resyncs_total", "Relists of the whole cluster.", ["reason"])
 TOMBSTONES = Counter("preemptctl_source_tombstones_total", "Objects found gone on a relist.", ["kind"])
+OVERSIZED = Counter(
+    "preemptctl_source_oversized_objects_total",
+    "Objects too large for a record, by kind and what was written instead (trimmed, tombstone, dropped).",
+    ["kind", "outcome"],
+)
 API_ERRORS = Counter(
     "preemptctl_source_api_errors_total", "Failed list/watch/discovery calls.", ["resource", "reason"]
 )
@@ -253,6 +277,10 @@ class ShortWatch(Exception):
     """A watch that ended at once with nothing in it (see SHORT_WATCH_S): retried with backoff."""
 
 
+class EventTooLarge(Exception):
+    """One event larger than MAX_EVENT_BYTES: no record could carry it."""
+
+
 class Resync(Exception):
     """Raised by a watch that cannot continue: everything must be relisted.
 
@@ -286,6 +314,7 @@ class Publisher:
         cluster: str,
         topic: str = CLUSTER_EVENTS,
         max_record_bytes: int = MAX_RECORD_BYTES,
+        max_event_bytes: int = MAX_EVENT_BYTES,
         queue_size: int = QUEUE_MAX_EVENTS,
         backoff: Callable[[], kube.Backoff] = kube.Backoff,
         guard: Callable[[], None] = lambda: None,
@@ -298,6 +327,7 @@ class Publisher:
             b'{"v":' + str(VERSION).encode() + b',"cluster":' + orjson.dumps(cluster) + b',"events":['
         )
         self._max = max_record_bytes
+        self._max_event = max_event_bytes
         self._queue: asyncio.Queue[bytes] = asyncio.Queue(queue_size)
         self._carry: bytes | None = None
         self._backoff = backoff
@@ -307,7 +337,11 @@ class Publisher:
         self.fenced = asyncio.Event()
 
     async def put(self, event: dict[str, Any]) -> None:
-        await self._queue.put(orjson.dumps(event))
+        """Queue one event; EventTooLarge (nothing queued) when no record could carry it."""
+        value = orjson.dumps(event)
+        if len(value) > self._max_event:
+            raise EventTooLarge(f"{len(value)} bytes, more than {self._max_event}")
+        await self._queue.put(value)
         QUEUED.set(self._queue.qsize())
 
     async def flush(self) -> None:
@@ -387,6 +421,27 @@ class _Clock:
             moment = self._last  # a clock stepped back (NTP) must not move the log's "now" back
         self._last = moment
         return kube.rfc3339(moment)
+
+
+def _trimmed(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` (changed in place) without the bulky fields no decision reads, and an annotation
+    saying which were left out."""
+    left_out: list[str] = []
+    meta = obj.setdefault("metadata", {})
+    found = meta.get("annotations")
+    annotations: dict[str, Any] = found if isinstance(found, dict) else {}
+    for key in _BULKY_ANNOTATIONS:
+        if annotations.pop(key, None) is not None:
+            left_out.append(f"metadata.annotations[{key}]")
+    found = obj.get("spec")
+    spec: dict[str, Any] = found if isinstance(found, dict) else {}
+    for group in ("initContainers", "containers", "ephemeralContainers"):
+        for container in spec.get(group) or ():
+            for field_name in _BULKY_CONTAINER_FIELDS:
+                if isinstance(container, dict) and container.pop(field_name, None) is not None:
+                    left_out.append(f"spec.{group}[].{field_name}")
+    meta["annotations"] = {**annotations, TRIMMED_ANNOTATION: ",".join(dict.fromkeys(left_out)) or "nothing"}
+    return obj
 
 
 async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
@@ -564,7 +619,39 @@ class Source:
         if obj is not None:
             event["object"] = obj
         EVENTS.labels(str(obj.get("kind", "")) if obj else "", event_type).inc()
-        await self.publisher.put(event)
+        try:
+            await self.publisher.put(event)
+        except EventTooLarge as exc:
+            assert obj is not None  # RESYNC and TICK are a few bytes
+            await self._emit_oversized(event, obj, exc)
+
+    async def _emit_oversized(self, event: dict[str, Any], obj: dict[str, Any], exc: EventTooLarge) -> None:
+        """Write an object too large for a record without the fields no decision reads; a DELETED
+        one that is still too large as its tombstone; else leave it out, saying so."""
+        kind = str(obj.get("kind", ""))
+        meta = obj.get("metadata") or {}
+        where = f"{kind} {meta.get('namespace', '')}/{meta.get('name')}".replace(" /", " ")
+        event["object"] = _trimmed(obj)
+        try:
+            await self.publisher.put(event)
+            OVERSIZED.labels(kind, "trimmed").inc()
+            log.warning("%s is too large for a record (%s): written without %s", where, exc,
+                        event["object"]["metadata"]["annotations"][TRIMMED_ANNOTATION])  # fmt: skip
+            return
+        except EventTooLarge as again:
+            exc = again
+        if event["type"] == "DELETED":
+            resource = next((r for r in (*RESOURCES, ELASTIC_QUOTAS) if r.kind == kind), PODS)
+            held = _Held(resource, str(meta.get("name")), meta.get("namespace"), str(meta.get("uid", "")))
+            event["object"] = self._tombstone(held, str(meta.get("resourceVersion") or ""))
+            await self.publisher.put(event)
+            OVERSIZED.labels(kind, "tombstone").inc()
+            log.warning("%s is too large for a record even trimmed (%s): its deletion written as a tombstone",
+                        where, exc)  # fmt: skip
+            return
+        OVERSIZED.labels(kind, "dropped").inc()
+        log.error("%s is too large for a record even trimmed (%s): its %s event is left out of the log",
+                  where, exc, event["type"])  # fmt: skip
 
     def _stamp(self, resource: Resource, obj: dict[str, Any]) -> None:
         obj.setdefault("kind", resource.kind)

@@ -385,3 +385,26 @@ async def test_a_watch_that_ends_at_once_is_retried_with_backoff(
         await wait_events(sink, lambda evs: ("Pod", "later") in names(evs))
     # 0.1 + 0.2 + 0.4 + 0.4: about 4 in a second (as fast as the server answers without the backoff).
     assert 1 <= watches <= 8, watches
+
+
+async def test_an_object_too_large_for_a_record_does_not_stop_the_log(
+    served: tuple[FakeApi, client.ApiClient], tansu: str
+) -> None:
+    """A pod whose JSON exceeds what the producer may send (2 MiB: env values, command lines; an
+    object at etcd's 1.5 MiB limit grows in JSON) must not stop the log: the producer refuses the
+    record for good, and retrying it forever would hold back every event after it. It is written
+    without the fields no decision reads, and the log goes on."""
+    fake, api = served
+    fake.create("nodes", objects.node("n1"))
+    big = objects.pod("big", node="n1")
+    big["spec"]["containers"][0]["env"] = [{"name": f"V{i}", "value": '"' * 1024} for i in range(1300)]
+    topic = fresh_topic("cluster-events")
+    await topics.ensure_topics(tansu, [topics.TopicSpec(topic)])
+    async with KafkaSink(tansu) as sink, running(api, sink, topic=topic):
+        fake.create("pods", big)
+        fake.create("pods", objects.pod("after", node="n1"))
+        events, _ = await read_topic(tansu, topic, lambda evs: ("Pod", "after") in names(evs))
+    (written,) = [e["object"] for e in events if e.get("object", {}).get("metadata", {}).get("name") == "big"]
+    container = written["spec"]["containers"][0]
+    assert "env" not in container and container["resources"] == big["spec"]["containers"][0]["resources"]
+    assert written["metadata"]["annotations"][source.TRIMMED_ANNOTATION]
