@@ -992,9 +992,7 @@ async def _serve(args: argparse.Namespace, bootstrap: str, scope: Scope) -> None
         async with health.HealthServer(state, host=args.health_host, port=args.health_port):
             await component.prepare_broker(bootstrap, create_topics=not args.no_create_topics)
             async with KafkaSink(bootstrap, client_id=f"preemptctl-source-{scope.cluster}") as sink:
-                elector = component.elector(args, api)
-                if elector is not None:
-                    state.add_liveness("lease", elector.liveness)
+                elector = component.elector(args, api, state)
                 source = Source(
                     api,
                     sink,

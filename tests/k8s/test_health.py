@@ -11,7 +11,8 @@ import pytest
 from streams.cli import main
 from streams.common import health
 from streams.common.errors import UsageError
-from streams.kube import actuator, lease, source
+from streams.kube import actuator, component, lease, source
+from streams.kube import api as kube
 
 
 async def test_probes_and_metrics() -> None:
@@ -118,3 +119,30 @@ def test_lease_timings_are_flags_and_nonsense_exits_2(capsys: pytest.CaptureFixt
             assert code == 2 and err.count("\n") == 1 and why in err, (command, timings, err)
     with pytest.raises(SystemExit):  # the Lease records whole seconds
         parser().parse_args(["actuator", "--broker", "kafka://k:1", "--lease-duration", "12.5"])
+
+
+class _Stop(BaseException):
+    """Not an Exception: ends the Lease loop, as nothing of one round may."""
+
+
+@pytest.mark.parametrize("command", ["source", "actuator"])
+async def test_a_dead_lease_loop_turns_livez_red(command: str) -> None:
+    """The elector the commands build is a /livez check of their Health from the start."""
+    args = parser().parse_args(
+        [command, "--broker", "kafka://k:1", "--lease-name", "l", "--lease-namespace", "ns"]
+    )
+    state = health.Health(command)
+    api = kube.for_host("http://127.0.0.1:9")  # nothing listens: the release on the way out fails, logged
+    try:
+        elected = component.elector(args, api, state)
+        assert elected is not None and state.liveness() == []
+
+        async def dies() -> bool:
+            raise _Stop
+
+        elected.try_acquire_or_renew = dies  # type: ignore[method-assign]
+        with pytest.raises(_Stop):
+            await elected.run()
+        assert [f for f in state.liveness() if f.startswith("lease: Lease loop ended")]
+    finally:
+        await api.close()
