@@ -187,10 +187,11 @@ ELASTIC_QUOTAS = Resource(
 Arrivals = asyncio.Queue[tuple[Resource, str, dict[str, Any]]]
 RESOURCES = (NODES, PRIORITY_CLASSES, PDBS, PODS)  # nodes first: a relist restates capacity before pods
 
-# What the source does with the API, for the chart's ClusterRole (a test keeps them equal).
-# `get` is granted as the usual read trio but never called.
+# What the source does with the API, for the chart's ClusterRole (a test keeps them equal):
+# lists and watches only. No `get`: it never reads one object by name, and a token that can
+# read any pod by name is more than the source needs.
 REQUIRED_RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
-    (r.group, r.plural, ("get", "list", "watch")) for r in (*RESOURCES, ELASTIC_QUOTAS)
+    (r.group, r.plural, ("list", "watch")) for r in (*RESOURCES, ELASTIC_QUOTAS)
 )
 # Namespaced to the release: the source's single-writer Lease.
 REQUIRED_LEASE_RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (

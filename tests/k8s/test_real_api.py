@@ -300,6 +300,9 @@ def test_components_can_do_exactly_what_the_code_calls(kube_cluster: cluster.Tes
     assert can("source", "update", "leases/preemptctl-source", cluster.NAMESPACE)
     assert not can("actuator", "update", "leases/preemptctl-source", cluster.NAMESPACE)
     assert not can("source", "delete", "pods") and not can("worker", "list", "pods")
+    # The source lists and watches; it never reads one object by name.
+    assert not [kind for kind in ("pods", "nodes", "priorityclasses.scheduling.k8s.io",
+                                  "poddisruptionbudgets.policy") if can("source", "get", kind)]  # fmt: skip
     assert not can("actuator", "create", "events")  # core/v1 Events: not what the code writes
 
 
