@@ -169,11 +169,15 @@ class Answer:
         pdb = next(
             (str(c.get("message", "")) for c in causes if c.get("reason") == DISRUPTION_BUDGET_CAUSE), ""
         )
+        retry_after = _retry_after(exc)
+        seconds = (details or {}).get("retryAfterSeconds")
+        if retry_after is None and isinstance(seconds, int | float) and seconds > 0:
+            retry_after = float(seconds)
         return cls(
             int(exc.status) if exc.status else None,
             str(body.get("message") or exc.reason or exc.status),
             pdb,
-            _retry_after(exc),
+            retry_after,
         )
 
     @property
@@ -196,7 +200,7 @@ class Answer:
 
 
 def _retry_after(exc: ApiException) -> float | None:
-    """Retry-After in seconds (the header, else the Status's details.retryAfterSeconds)."""
+    """The Retry-After header in seconds (Answer.of falls back on details.retryAfterSeconds)."""
     headers: Any = exc.headers or {}
     value = headers.get("Retry-After") if hasattr(headers, "get") else None
     try:

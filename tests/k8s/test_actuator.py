@@ -389,6 +389,11 @@ async def test_eviction_answers_are_read_as_the_server_means_them() -> None:
     assert pdb_429.pdb_blocked and not pdb_429.transient and pdb_429.pdb_cause == "m"
     throttled = eviction.Answer.of(_api_exception(429, {"message": "too many"}, {"Retry-After": "3"}))
     assert throttled.transient and not throttled.pdb_blocked and throttled.retry_after_s == 3.0
+    # Retry-After from the Status when a proxy dropped the header (the server sends both).
+    bare = eviction.Answer.of(
+        _api_exception(429, {"message": "too many", "details": {"retryAfterSeconds": 4}})
+    )
+    assert bare.transient and bare.retry_after_s == 4.0
     two = eviction.Answer.of(
         _api_exception(500, {"message": "This pod has more than one PodDisruptionBudget, which ..."})
     )
