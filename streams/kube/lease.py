@@ -27,7 +27,8 @@ What a real API server showed, handled here:
   (admission against the Lease) would close those.
 - The loop survives any exception of one round (ApiException, aiohttp's
   ServerDisconnectedError, which is neither OSError nor TimeoutError, a timeout,
-  a malformed answer): the round is logged, counted and retried. `liveness()`
+  a malformed answer, a CancelledError nobody asked for): the round is logged,
+  counted and retried. A cancellation of the loop's own task ends it. `liveness()`
   reports a loop that ended or stopped making rounds, so /livez turns red and the
   kubelet restarts the process instead of leaving a candidate that never leads.
 - Times go out as MicroTime (api.micro_time): the server refuses renewTime
@@ -192,6 +193,14 @@ class LeaseElector:
             while True:
                 try:
                     await self.try_acquire_or_renew()
+                except asyncio.CancelledError as exc:
+                    if _cancel_requested():
+                        raise  # this task is being cancelled: never swallowed
+                    # Nobody cancelled this task: a library let its own inner cancellation escape.
+                    # A failed round like any other; ending the loop would leave a process that
+                    # never leads again until /livez noticed the stall.
+                    LEASE_ERRORS.labels("CancelledError").inc()
+                    log.warning("Lease %s/%s: %s", self.namespace, self.name, _describe(exc))
                 except Exception as exc:  # any failed round is retried, never fatal
                     LEASE_ERRORS.labels(kube.reason_of(exc)).inc()
                     log.warning("Lease %s/%s: %s", self.namespace, self.name, _describe(exc))
@@ -332,6 +341,12 @@ class LeaseElector:
             log.info("released Lease %s/%s", self.namespace, self.name)
         except Exception as exc:  # on the way out: the Lease then simply expires
             log.warning("could not release Lease %s/%s: %s", self.namespace, self.name, _describe(exc))
+
+
+def _cancel_requested() -> bool:
+    """Is the running task being cancelled (Task.cancel() called and not yet uncancelled)?"""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 def _describe(exc: BaseException) -> str:
