@@ -169,7 +169,7 @@ def results(sink: MemorySink) -> dict[str, dict[str, Any]]:
 # ---- the chart, with the real helm and kubectl -----------------------------------------------
 
 
-def test_helm_lint_and_server_side_dry_run(kube_cluster: cluster.TestCluster) -> None:
+def test_helm_lint_and_server_side_dry_run(kube_cluster: cluster.TestCluster, tmp_path: Path) -> None:
     helm, kubectl = cluster.tool("helm"), cluster.tool("kubectl")
     lint = subprocess.run([helm, "lint", "--strict", str(CHART)], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
@@ -187,9 +187,20 @@ def test_helm_lint_and_server_side_dry_run(kube_cluster: cluster.TestCluster) ->
         assert applied.returncode == 0, applied.stderr.decode()
         assert b"(server dry run)" in applied.stdout
     # The schema refuses what the server (or YAML) would have: helm itself says no.
-    for bad in (["--set", "source.resources.requests.cpu=lots"], ["--set", 'cluster=prod"eu']):
+    # Numbers from a values file reach templates as float64, which helm prints in exponent form
+    # from 1e6 on: "--lease-duration=1e+06" (an integer flag: exit 2) and "replicas: 2e+06".
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("lease: {durationSeconds: 1000000, renewDeadlineSeconds: 10, retryPeriodSeconds: 2}\n")
+    huger = tmp_path / "huger.yaml"
+    huger.write_text("actuator: {replicas: 2000000}\n")
+    for bad in (
+        ["--set", "source.resources.requests.cpu=lots"],
+        ["--set", 'cluster=prod"eu'],
+        ["-f", str(huge)],
+        ["-f", str(huger)],
+    ):
         refused = subprocess.run([helm, "template", "x", str(CHART), *bad], capture_output=True, text=True)
-        assert refused.returncode != 0 and "values don't meet the specifications" in refused.stderr
+        assert refused.returncode != 0 and "values don't meet the specifications" in refused.stderr, bad
 
 
 DEPLOY_DOC = CHART.parents[2] / "docs" / "deploy.md"
