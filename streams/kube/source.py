@@ -481,6 +481,7 @@ class Source:
         page_size: int = LIST_PAGE_SIZE,
         crd_recheck_s: float = CRD_RECHECK_S,
         max_record_bytes: int = MAX_RECORD_BYTES,
+        max_event_bytes: int = MAX_EVENT_BYTES,
         clock: Callable[[], datetime] = kube.now,
         topic: str = CLUSTER_EVENTS,
         keep_managed_fields: bool = False,
@@ -494,6 +495,7 @@ class Source:
             cluster=scope.cluster,
             topic=topic,
             max_record_bytes=max_record_bytes,
+            max_event_bytes=max_event_bytes,
             backoff=backoff,
             guard=elector.check if elector is not None else lambda: None,
         )

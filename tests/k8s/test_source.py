@@ -408,3 +408,25 @@ async def test_an_object_too_large_for_a_record_does_not_stop_the_log(
     container = written["spec"]["containers"][0]
     assert "env" not in container and container["resources"] == big["spec"]["containers"][0]["resources"]
     assert written["metadata"]["annotations"][source.TRIMMED_ANNOTATION]
+
+
+async def test_an_object_too_large_even_trimmed_is_left_out_and_its_deletion_is_a_tombstone(
+    served: tuple[FakeApi, client.ApiClient],
+) -> None:
+    """What trimming cannot shrink (labels, say) is left out, counted, and the log goes on; the
+    deletion of such an object still reaches the log, as its tombstone."""
+    fake, api = served
+    fake.create("nodes", objects.node("n1"))
+    huge = objects.pod("huge", node="n1", labels={f"k{i}": "v" * 60 for i in range(100)})
+    sink = MemorySink()
+    dropped = source.OVERSIZED.labels("Pod", "dropped")._value.get()
+    async with running(api, sink, max_event_bytes=4096):
+        fake.create("pods", huge)
+        fake.create("pods", objects.pod("after", node="n1"))
+        await wait_events(sink, lambda evs: ("Pod", "after") in names(evs))
+        fake.remove("pods", "default", "huge")
+        events = await wait_events(sink, deleted("huge"))
+    assert ("Pod", "huge") not in names(events, "ADDED")
+    assert source.OVERSIZED.labels("Pod", "dropped")._value.get() == dropped + 1
+    (tombstone,) = [e["object"] for e in events if e["type"] == "DELETED"]
+    assert set(tombstone["metadata"]) == {"name", "namespace", "uid", "resourceVersion"}
