@@ -542,7 +542,7 @@ async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | Non
         raise UsageError(f"cannot open --ledger-file: {exc}") from exc
     elector = None
     if args.lease_name and not args.dry_run:
-        elector = component.elector(args, api)
+        elector = component.elector(args, api, state)
     elif args.lease_name:
         log.info("dry run: not taking part in leader election (dry-run writes change nothing)")
     actions = eviction.Actions(
@@ -572,8 +572,6 @@ async def _run(
     """Recover, become ready, then consume until SIGTERM (holding the Lease meanwhile)."""
     recovered = await read_back(bootstrap, actuator)
     log.info("%d outcomes read back from %s", recovered, actuator.topics.evictions)
-    if elector is not None:
-        state.add_liveness("lease", elector.liveness)  # a dead or stuck Lease loop turns /livez red
     state.set_ready(True)
     stopping = asyncio.Event()
     component.stop_on_signals(stopping.set)

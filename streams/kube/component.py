@@ -87,11 +87,17 @@ def identity(args: argparse.Namespace) -> str:
     return str(args.identity or os.environ.get("POD_NAME") or socket.gethostname())
 
 
-def elector(args: argparse.Namespace, api_client: client.ApiClient) -> lease.LeaseElector | None:
-    """The LeaseElector the flags ask for, if any."""
+def elector(
+    args: argparse.Namespace, api_client: client.ApiClient, state: health.Health
+) -> lease.LeaseElector | None:
+    """The LeaseElector the flags ask for, if any, its loop already a /livez check of `state`.
+
+    Registered here, not by each command: a Lease loop that died or stopped making rounds
+    leaves a process that never leads again, and only a red /livez gets it restarted.
+    """
     if not args.lease_name:
         return None
-    return lease.LeaseElector(
+    elected = lease.LeaseElector(
         api_client,
         name=args.lease_name,
         namespace=args.lease_namespace,
@@ -100,6 +106,8 @@ def elector(args: argparse.Namespace, api_client: client.ApiClient) -> lease.Lea
         renew_deadline_s=args.renew_deadline,
         retry_period_s=args.retry_period,
     )
+    state.add_liveness("lease", elected.liveness)
+    return elected
 
 
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:

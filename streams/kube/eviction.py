@@ -92,9 +92,13 @@ DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
 # What kube-apiserver says (500) when a pod is covered by several PDBs: the eviction
 # subresource refuses such a pod for good (registry/core/pod/storage/eviction.go).
 MULTIPLE_PDBS = "more than one PodDisruptionBudget"
-# The API server caps an Event's message (events.k8s.io `note`) at 1 kB; kube's
-# own recorders truncate to this length rather than have the Event rejected.
+# The API server caps an Event's message (events.k8s.io `note`) at 1 kB, counted in
+# bytes (Go's len of the UTF-8 string); kube's own recorders truncate rather than have
+# the Event rejected.
 EVENT_MESSAGE_LIMIT = 1024
+# events.k8s.io validation refuses a longer reportingInstance (422, the Event is lost);
+# --identity may be any pod name, up to 253 characters.
+REPORTING_INSTANCE_LIMIT = 128
 # DNS subdomain names (Event names) are at most 253 characters.
 _NAME_LIMIT = 253
 # Kubernetes' default terminationGracePeriodSeconds, for a pod that sets none.
@@ -165,11 +169,15 @@ class Answer:
         pdb = next(
             (str(c.get("message", "")) for c in causes if c.get("reason") == DISRUPTION_BUDGET_CAUSE), ""
         )
+        retry_after = _retry_after(exc)
+        seconds = (details or {}).get("retryAfterSeconds")
+        if retry_after is None and isinstance(seconds, int | float) and seconds > 0:
+            retry_after = float(seconds)
         return cls(
             int(exc.status) if exc.status else None,
             str(body.get("message") or exc.reason or exc.status),
             pdb,
-            _retry_after(exc),
+            retry_after,
         )
 
     @property
@@ -192,7 +200,7 @@ class Answer:
 
 
 def _retry_after(exc: ApiException) -> float | None:
-    """Retry-After in seconds (the header, else the Status's details.retryAfterSeconds)."""
+    """The Retry-After header in seconds (Answer.of falls back on details.retryAfterSeconds)."""
     headers: Any = exc.headers or {}
     value = headers.get("Retry-After") if hasattr(headers, "get") else None
     try:
@@ -490,7 +498,8 @@ class Actions:
             },
             "eventTime": kube.micro_time(kube.now()),
             "reportingController": COMPONENT,
-            "reportingInstance": self.identity,
+            # The tail: a pod name's unique part (the ReplicaSet hash and suffix) is at its end.
+            "reportingInstance": self.identity[-REPORTING_INSTANCE_LIMIT:],
             "action": EVENT_ACTION,
             "reason": reason,
             "type": event_type,
@@ -557,13 +566,21 @@ def soft_eviction(context: Context) -> dict[str, Any]:
 
 
 def truncate(message: str, limit: int = EVENT_MESSAGE_LIMIT) -> str:
-    return message if len(message) <= limit else message[: limit - 3] + "..."
+    """At most `limit` UTF-8 bytes (what the server counts), cut on a character boundary."""
+    encoded = message.encode()
+    if len(encoded) <= limit:
+        return message
+    return encoded[: limit - 3].decode(errors="ignore") + "..."
 
 
 def event_name(pod_name: str, decision_id: str, uid: str) -> str:
-    """Deterministic per (decision, victim): a repeated post is a 409, not a second Event."""
+    """Deterministic per (decision, victim): a repeated post is a 409, not a second Event.
+
+    A long pod name is cut to make room for the suffix; a cut ending in '-' or '.' would end
+    a DNS label with it, and the server refuses such a name (422).
+    """
     suffix = hashlib.sha256(f"{decision_id}\x00{uid}".encode()).hexdigest()[:16]
-    return f"{pod_name[: _NAME_LIMIT - len(suffix) - 1]}.{suffix}"
+    return f"{pod_name[: _NAME_LIMIT - len(suffix) - 1].rstrip('-.')}.{suffix}"
 
 
 def _describe(exc: BaseException) -> str:

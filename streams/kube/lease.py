@@ -27,7 +27,8 @@ What a real API server showed, handled here:
   (admission against the Lease) would close those.
 - The loop survives any exception of one round (ApiException, aiohttp's
   ServerDisconnectedError, which is neither OSError nor TimeoutError, a timeout,
-  a malformed answer): the round is logged, counted and retried. `liveness()`
+  a malformed answer, a CancelledError nobody asked for): the round is logged,
+  counted and retried. A cancellation of the loop's own task ends it. `liveness()`
   reports a loop that ended or stopped making rounds, so /livez turns red and the
   kubelet restarts the process instead of leaving a candidate that never leads.
 - Times go out as MicroTime (api.micro_time): the server refuses renewTime
@@ -133,6 +134,9 @@ class LeaseElector:
         self._became_leader = asyncio.Event()
         self._round_at: float | None = None  # monotonic time the loop last finished a round
         self._ended: str | None = None  # why run() ended, when it did other than by cancellation
+        # The holder the last round saw (this process's identity once it holds the Lease), or
+        # None before any round: lets a standby tell "another process leads" from "no answer yet".
+        self.holder: str | None = None
         LEADER.labels(name).set(0)
 
     @property
@@ -170,8 +174,9 @@ class LeaseElector:
             return f"Lease loop made no round for {self._monotonic() - self._round_at:.0f}s"
         return None
 
-    async def wait_leader(self) -> None:
-        while not self.is_leader():
+    async def wait_leader(self, needed_s: float = 0.0) -> None:
+        """Return once this process holds the Lease with more than `needed_s` of validity left."""
+        while self.remaining_s() <= needed_s:
             self._became_leader.clear()
             await self._became_leader.wait()
 
@@ -188,6 +193,14 @@ class LeaseElector:
             while True:
                 try:
                     await self.try_acquire_or_renew()
+                except asyncio.CancelledError as exc:
+                    if _cancel_requested():
+                        raise  # this task is being cancelled: never swallowed
+                    # Nobody cancelled this task: a library let its own inner cancellation escape.
+                    # A failed round like any other; ending the loop would leave a process that
+                    # never leads again until /livez noticed the stall.
+                    LEASE_ERRORS.labels("CancelledError").inc()
+                    log.warning("Lease %s/%s: %s", self.namespace, self.name, _describe(exc))
                 except Exception as exc:  # any failed round is retried, never fatal
                     LEASE_ERRORS.labels(kube.reason_of(exc)).inc()
                     log.warning("Lease %s/%s: %s", self.namespace, self.name, _describe(exc))
@@ -240,6 +253,7 @@ class LeaseElector:
         if record != self._observed:
             self._observed, self._observed_at = record, started
         holder = spec.holder_identity
+        self.holder = holder or ""
         duration = spec.lease_duration_seconds or self._duration_s
         if holder and holder != self.identity and started < self._observed_at + duration:
             return False  # held, and renewed within its duration as far as we can see
@@ -297,6 +311,7 @@ class LeaseElector:
             log.info("acquired Lease %s/%s as %s", self.namespace, self.name, self.identity)
             TRANSITIONS.labels(self.name).inc()
         self._renewed_at = started
+        self.holder = self.identity
         LEADER.labels(self.name).set(1)
         self._became_leader.set()
         return True
@@ -326,6 +341,12 @@ class LeaseElector:
             log.info("released Lease %s/%s", self.namespace, self.name)
         except Exception as exc:  # on the way out: the Lease then simply expires
             log.warning("could not release Lease %s/%s: %s", self.namespace, self.name, _describe(exc))
+
+
+def _cancel_requested() -> bool:
+    """Is the running task being cancelled (Task.cancel() called and not yet uncancelled)?"""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 def _describe(exc: BaseException) -> str:

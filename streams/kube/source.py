@@ -38,7 +38,15 @@ Kubernetes edge cases, each handled here and only here:
 - One writer per cluster log: with a Lease (streams.kube.lease) only its holder
   lists, watches and writes. A source that loses the Lease stops following and
   drops what it has not written yet (the next holder's RESYNC restates the
-  cluster); one that gains it relists.
+  cluster); one that gains it relists. A record the Lease check refuses (a late
+  renewal: too little validity left for a write) leaves a gap even if the Lease
+  is then renewed, so it too stops following and relists (Publisher.fenced).
+- An object too large for any record (MAX_EVENT_BYTES; the producer would refuse
+  it for good and, retried, it would hold back the whole log) is written without
+  the bulky fields no decision reads (env, command lines, probes; the
+  TRIMMED_ANNOTATION says which); a deletion still too large as its tombstone;
+  anything else still too large is left out, logged as an error and counted.
+- A watch that ends at once with nothing in it is retried with backoff (SHORT_WATCH_S).
 - Any other API error: exponential backoff (kube.Backoff), then the same step again.
 """
 
@@ -60,7 +68,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from schemas import VERSION
 from schemas.records import CLUSTER_EVENTS
 from streams.common import health
-from streams.kafka.sink import KafkaSink, RecordSink
+from streams.kafka.sink import PRODUCER_MAX_REQUEST_BYTES, KafkaSink, RecordSink
 from streams.kube import api as kube
 from streams.kube import component, lease
 
@@ -77,6 +85,19 @@ DEFAULT_TICK_SECONDS = 5.0
 # A record holds at most this much event JSON (DESIGN §5: ~1 MiB), well under the
 # topic's max.message.bytes; a single larger object still goes alone.
 MAX_RECORD_BYTES = 1024 * 1024
+# One event alone must fit in a record the producer accepts (PRODUCER_MAX_REQUEST_BYTES),
+# with room for the record's envelope, key, headers and batch overhead. A larger record is
+# refused for good, and retrying it would hold back every event after it forever.
+MAX_EVENT_BYTES = PRODUCER_MAX_REQUEST_BYTES - 64 * 1024
+# Written on an object that was too large for a record: which fields were left out.
+TRIMMED_ANNOTATION = "preemptctl.io/trimmed"
+# What no decision reads and can make one object larger than a record (env values, command
+# lines: the etcd limit is 1.5 MiB, and JSON escaping grows that): left out of such an object.
+_BULKY_CONTAINER_FIELDS = (
+    "env", "envFrom", "args", "command", "lifecycle", "livenessProbe", "readinessProbe", "startupProbe",
+    "volumeMounts", "volumeDevices",
+)  # fmt: skip
+_BULKY_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 # Events waiting for the producer; a full queue pauses the watches (backpressure)
 # instead of growing memory while Kafka is slow or away.
 QUEUE_MAX_EVENTS = 10_000
@@ -90,6 +111,10 @@ WATCH_TIMEOUT_S = 300
 # The client gives the server this long past timeoutSeconds before it calls the
 # connection dead (bookmarks arrive about once a minute on an idle watch).
 WATCH_READ_MARGIN_S = 30.0
+# A watch the server (or a proxy, a load balancer) ends within this long having delivered
+# nothing, not even a bookmark, is a fault, not a timeout: resumed at once, it would loop as
+# fast as the server answers. client-go's reflector calls it a "very short watch" and backs off.
+SHORT_WATCH_S = 1.0
 # How often the source asks discovery whether the ElasticQuota CRD appeared.
 CRD_RECHECK_S = 60.0
 # A relist needed again within this long of the previous one waits a backoff first:
@@ -116,6 +141,11 @@ SEND_ERRORS = Counter("preemptctl_source_send_errors_total", "Failed record writ
 QUEUED = Gauge("preemptctl_source_queued_events", "Events waiting to be written.")
 RESYNCS = Counter("preemptctl_source_resyncs_total", "Relists of the whole cluster.", ["reason"])
 TOMBSTONES = Counter("preemptctl_source_tombstones_total", "Objects found gone on a relist.", ["kind"])
+OVERSIZED = Counter(
+    "preemptctl_source_oversized_objects_total",
+    "Objects too large for a record, by kind and what was written instead (trimmed, tombstone, dropped).",
+    ["kind", "outcome"],
+)
 API_ERRORS = Counter(
     "preemptctl_source_api_errors_total", "Failed list/watch/discovery calls.", ["resource", "reason"]
 )
@@ -157,10 +187,11 @@ ELASTIC_QUOTAS = Resource(
 Arrivals = asyncio.Queue[tuple[Resource, str, dict[str, Any]]]
 RESOURCES = (NODES, PRIORITY_CLASSES, PDBS, PODS)  # nodes first: a relist restates capacity before pods
 
-# What the source does with the API, for the chart's ClusterRole (a test keeps them equal).
-# `get` is granted as the usual read trio but never called.
+# What the source does with the API, for the chart's ClusterRole (a test keeps them equal):
+# lists and watches only. No `get`: it never reads one object by name, and a token that can
+# read any pod by name is more than the source needs.
 REQUIRED_RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
-    (r.group, r.plural, ("get", "list", "watch")) for r in (*RESOURCES, ELASTIC_QUOTAS)
+    (r.group, r.plural, ("list", "watch")) for r in (*RESOURCES, ELASTIC_QUOTAS)
 )
 # Namespaced to the release: the source's single-writer Lease.
 REQUIRED_LEASE_RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -243,6 +274,14 @@ def _identity(resource: Resource, obj: dict[str, Any]) -> Key:
     return resource.kind, str(meta.get("name"))
 
 
+class ShortWatch(Exception):
+    """A watch that ended at once with nothing in it (see SHORT_WATCH_S): retried with backoff."""
+
+
+class EventTooLarge(Exception):
+    """One event larger than MAX_EVENT_BYTES: no record could carry it."""
+
+
 class Resync(Exception):
     """Raised by a watch that cannot continue: everything must be relisted.
 
@@ -276,6 +315,7 @@ class Publisher:
         cluster: str,
         topic: str = CLUSTER_EVENTS,
         max_record_bytes: int = MAX_RECORD_BYTES,
+        max_event_bytes: int = MAX_EVENT_BYTES,
         queue_size: int = QUEUE_MAX_EVENTS,
         backoff: Callable[[], kube.Backoff] = kube.Backoff,
         guard: Callable[[], None] = lambda: None,
@@ -288,12 +328,21 @@ class Publisher:
             b'{"v":' + str(VERSION).encode() + b',"cluster":' + orjson.dumps(cluster) + b',"events":['
         )
         self._max = max_record_bytes
+        self._max_event = max_event_bytes
         self._queue: asyncio.Queue[bytes] = asyncio.Queue(queue_size)
         self._carry: bytes | None = None
         self._backoff = backoff
+        # Set when the Lease check refused a record: the log has a gap from then on. Every later
+        # record is dropped too (events after a gap must not look continuous) until `discard()`,
+        # which the source calls once it has stopped following, before it relists.
+        self.fenced = asyncio.Event()
 
     async def put(self, event: dict[str, Any]) -> None:
-        await self._queue.put(orjson.dumps(event))
+        """Queue one event; EventTooLarge (nothing queued) when no record could carry it."""
+        value = orjson.dumps(event)
+        if len(value) > self._max_event:
+            raise EventTooLarge(f"{len(value)} bytes, more than {self._max_event}")
+        await self._queue.put(value)
         QUEUED.set(self._queue.qsize())
 
     async def flush(self) -> None:
@@ -301,7 +350,9 @@ class Publisher:
         await self._queue.join()
 
     def discard(self) -> int:
-        """Drop every event not written yet (the Lease was lost); returns how many."""
+        """Drop every event not written yet (the Lease was lost, or a write was refused) and clear
+        `fenced`; returns how many were dropped. The caller relists next: RESYNC restates the cluster."""
+        self.fenced.clear()
         dropped = 0
         if self._carry is not None:
             self._carry = None
@@ -332,23 +383,27 @@ class Publisher:
             parts = self._take(first)
             value = self._head + b",".join(parts) + b"]}"
             backoff = self._backoff()
-            while True:
+            while not self.fenced.is_set():
                 try:
                     self._guard()  # one writer per log: never after the Lease has passed on
                     with SEND_SECONDS.time():
                         await self._sink.send(self._topic, value, key=self._key)
+                    RECORDS.inc()
+                    RECORD_BYTES.observe(len(value))
+                    RECORD_EVENTS.observe(len(parts))
                     break
                 except lease.NotLeader as exc:
-                    log.warning("not writing %d events: %s", len(parts), exc)
-                    break  # dropped: the Lease's next holder relists, and RESYNC restates the cluster
+                    # Dropped, and so is everything after it until the source relists: whoever
+                    # writes next (this source, once renewed, or another) starts with RESYNC. A
+                    # renewal may well land before the Lease is lost, so the drop itself must
+                    # trigger the relist (Source._deposed), not only a lost Lease.
+                    log.warning("not writing %d events, relisting: %s", len(parts), exc)
+                    self.fenced.set()
                 except Exception as exc:  # any producer failure: the record must still go, in order
                     SEND_ERRORS.inc()
                     delay = backoff.delay()
                     log.warning("writing %d events failed (%s); retrying in %.1fs", len(parts), exc, delay)
                     await asyncio.sleep(delay)
-            RECORDS.inc()
-            RECORD_BYTES.observe(len(value))
-            RECORD_EVENTS.observe(len(parts))
             for _ in parts:
                 self._queue.task_done()
             QUEUED.set(self._queue.qsize())
@@ -367,6 +422,27 @@ class _Clock:
             moment = self._last  # a clock stepped back (NTP) must not move the log's "now" back
         self._last = moment
         return kube.rfc3339(moment)
+
+
+def _trimmed(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` (changed in place) without the bulky fields no decision reads, and an annotation
+    saying which were left out."""
+    left_out: list[str] = []
+    meta = obj.setdefault("metadata", {})
+    found = meta.get("annotations")
+    annotations: dict[str, Any] = found if isinstance(found, dict) else {}
+    for key in _BULKY_ANNOTATIONS:
+        if annotations.pop(key, None) is not None:
+            left_out.append(f"metadata.annotations[{key}]")
+    found = obj.get("spec")
+    spec: dict[str, Any] = found if isinstance(found, dict) else {}
+    for group in ("initContainers", "containers", "ephemeralContainers"):
+        for container in spec.get(group) or ():
+            for field_name in _BULKY_CONTAINER_FIELDS:
+                if isinstance(container, dict) and container.pop(field_name, None) is not None:
+                    left_out.append(f"spec.{group}[].{field_name}")
+    meta["annotations"] = {**annotations, TRIMMED_ANNOTATION: ",".join(dict.fromkeys(left_out)) or "nothing"}
+    return obj
 
 
 async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
@@ -405,6 +481,7 @@ class Source:
         page_size: int = LIST_PAGE_SIZE,
         crd_recheck_s: float = CRD_RECHECK_S,
         max_record_bytes: int = MAX_RECORD_BYTES,
+        max_event_bytes: int = MAX_EVENT_BYTES,
         clock: Callable[[], datetime] = kube.now,
         topic: str = CLUSTER_EVENTS,
         keep_managed_fields: bool = False,
@@ -418,6 +495,7 @@ class Source:
             cluster=scope.cluster,
             topic=topic,
             max_record_bytes=max_record_bytes,
+            max_event_bytes=max_event_bytes,
             backoff=backoff,
             guard=elector.check if elector is not None else lambda: None,
         )
@@ -433,7 +511,8 @@ class Source:
         self._streams: list[Stream] = []
         self._quotas_served = False
         self._stopping = asyncio.Event()
-        self.ready = asyncio.Event()
+        self.ready = asyncio.Event()  # the first initial list is in the log
+        self._listed = False  # this leadership's initial list is in the log
 
     def stop(self) -> None:
         self._stopping.set()
@@ -475,7 +554,15 @@ class Source:
             return
         reason = "start"
         while True:
-            await self._elector.wait_leader()
+            standing_by = asyncio.create_task(self._stand_by(), name="source-standby")
+            try:
+                # Long enough to write: a holder whose renewal is late would only be refused again.
+                await self._elector.wait_leader(needed_s=kube.WRITE_TIMEOUT_S)
+            finally:
+                standing_by.cancel()
+                await asyncio.gather(standing_by, return_exceptions=True)
+            self._listed = False
+            self._set_ready(False)  # until this leadership's initial list is in the log
             log.info("holding Lease %s/%s: listing the cluster", self._elector.namespace, self._elector.name)
             leading = asyncio.create_task(self._lead(reason), name="source-leading")
             deposed = asyncio.create_task(self._deposed(), name="source-deposed")
@@ -486,18 +573,35 @@ class Source:
             if leading in done:
                 leading.result()  # it only ends by raising
             dropped = self.publisher.discard()
-            log.warning("lost the Lease: stopped following, %d unwritten events dropped", dropped)
+            why = "a write was refused" if self._elector.is_leader() else "lost the Lease"
+            log.warning("%s: stopped following, %d unwritten events dropped", why, dropped)
             reason = "leader"
 
-    async def _deposed(self) -> None:
-        """Return once this source may no longer write (checked every retry period)."""
+    def _set_ready(self, ready: bool) -> None:
+        if self._health is not None:
+            self._health.set_ready(ready)
+
+    async def _stand_by(self) -> None:
+        """Ready while another process holds the Lease: a healthy standby (a Deployment's rollout,
+        `helm --wait`, wait for every replica to be ready; a standby never would be otherwise)."""
         assert self._elector is not None
         while True:
-            try:
-                self._elector.check()
-            except lease.NotLeader:
-                return
+            holder = self._elector.holder
+            if holder and holder != self._elector.identity:
+                self._set_ready(True)
             await asyncio.sleep(self._elector.retry_period_s / 4)
+
+    async def _deposed(self) -> None:
+        """Return once the Lease is lost (checked four times a retry period) or the publisher refused
+        a record (at once): either way the log now has a gap, and only a relist closes it. A holder
+        whose renewal is merely late and that had nothing to write keeps following."""
+        assert self._elector is not None
+        while self._elector.is_leader():
+            try:
+                await asyncio.wait_for(self.publisher.fenced.wait(), self._elector.retry_period_s / 4)
+                return
+            except TimeoutError:
+                continue
 
     async def _lead(self, reason: str) -> None:
         """Relist and follow, relisting whenever the watches need it, until cancelled."""
@@ -518,7 +622,39 @@ class Source:
         if obj is not None:
             event["object"] = obj
         EVENTS.labels(str(obj.get("kind", "")) if obj else "", event_type).inc()
-        await self.publisher.put(event)
+        try:
+            await self.publisher.put(event)
+        except EventTooLarge as exc:
+            assert obj is not None  # RESYNC and TICK are a few bytes
+            await self._emit_oversized(event, obj, exc)
+
+    async def _emit_oversized(self, event: dict[str, Any], obj: dict[str, Any], exc: EventTooLarge) -> None:
+        """Write an object too large for a record without the fields no decision reads; a DELETED
+        one that is still too large as its tombstone; else leave it out, saying so."""
+        kind = str(obj.get("kind", ""))
+        meta = obj.get("metadata") or {}
+        where = f"{kind} {meta.get('namespace', '')}/{meta.get('name')}".replace(" /", " ")
+        event["object"] = _trimmed(obj)
+        try:
+            await self.publisher.put(event)
+            OVERSIZED.labels(kind, "trimmed").inc()
+            log.warning("%s is too large for a record (%s): written without %s", where, exc,
+                        event["object"]["metadata"]["annotations"][TRIMMED_ANNOTATION])  # fmt: skip
+            return
+        except EventTooLarge as again:
+            exc = again
+        if event["type"] == "DELETED":
+            resource = next((r for r in (*RESOURCES, ELASTIC_QUOTAS) if r.kind == kind), PODS)
+            held = _Held(resource, str(meta.get("name")), meta.get("namespace"), str(meta.get("uid", "")))
+            event["object"] = self._tombstone(held, str(meta.get("resourceVersion") or ""))
+            await self.publisher.put(event)
+            OVERSIZED.labels(kind, "tombstone").inc()
+            log.warning("%s is too large for a record even trimmed (%s): its deletion written as a tombstone",
+                        where, exc)  # fmt: skip
+            return
+        OVERSIZED.labels(kind, "dropped").inc()
+        log.error("%s is too large for a record even trimmed (%s): its %s event is left out of the log",
+                  where, exc, event["type"])  # fmt: skip
 
     def _stamp(self, resource: Resource, obj: dict[str, Any]) -> None:
         obj.setdefault("kind", resource.kind)
@@ -619,13 +755,13 @@ class Source:
                     )
                     TOMBSTONES.labels(held.resource.kind).inc()
                     await self._emit("DELETED", self._tombstone(held, version))
-                if not self.ready.is_set():
+                if not self._listed:
                     # Ready means the initial state is durable in the log, not merely listed.
                     await self.publisher.flush()
-                    self.ready.set()
-                    if self._health is not None:
-                        self._health.set_ready(True)
+                    self._listed = True
+                    self._set_ready(True)
                     log.info("initial list written: %d objects", len(self._held))
+                    self.ready.set()
                 group.create_task(self._deliver(arrived), name="deliver")
                 group.create_task(self._tick(), name="tick")
                 if not self._quotas_served:
@@ -707,9 +843,11 @@ class Source:
     async def _watch(self, stream: Stream, arrived: Arrivals, opened: asyncio.Event) -> None:
         """Follow one stream, resuming after each watch ends; `opened` is set once it first answers."""
         backoff = self._backoff()
+        loop = asyncio.get_running_loop()
         while True:
+            started = loop.time()
             try:
-                await self._watch_once(stream, backoff, arrived, opened)
+                delivered = await self._watch_once(stream, backoff, arrived, opened)
             except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 opened.set()  # the relist goes on; this watch retries on its own
                 status = kube.status_of(exc)
@@ -718,6 +856,11 @@ class Source:
                 if status == 404 and stream.resource is ELASTIC_QUOTAS:
                     raise Resync("crd-removed", "ElasticQuota CRD removed") from exc
                 await self._failed(stream.name, exc, backoff)
+                continue
+            if not delivered and loop.time() - started < SHORT_WATCH_S:
+                await self._failed(
+                    stream.name, ShortWatch(f"ended after {loop.time() - started:.2f}s, empty"), backoff
+                )
 
     async def _watch_once(
         self,
@@ -725,7 +868,9 @@ class Source:
         backoff: kube.Backoff,
         arrived: Arrivals,
         opened: asyncio.Event,
-    ) -> None:
+    ) -> int:
+        """One watch request, until the server ends it; returns how many events it delivered."""
+        delivered = 0
         query = [
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),
@@ -759,8 +904,10 @@ class Source:
                 if version:
                     stream.version = version
                 backoff.reset()
+                delivered += 1
         finally:
             response.close()
+        return delivered
 
 
 # ---- command line -----------------------------------------------------------------
@@ -848,9 +995,7 @@ async def _serve(args: argparse.Namespace, bootstrap: str, scope: Scope) -> None
         async with health.HealthServer(state, host=args.health_host, port=args.health_port):
             await component.prepare_broker(bootstrap, create_topics=not args.no_create_topics)
             async with KafkaSink(bootstrap, client_id=f"preemptctl-source-{scope.cluster}") as sink:
-                elector = component.elector(args, api)
-                if elector is not None:
-                    state.add_liveness("lease", elector.liveness)
+                elector = component.elector(args, api, state)
                 source = Source(
                     api,
                     sink,

@@ -139,6 +139,8 @@ class FakeApi:
         self.history: list[tuple[int, str, dict[str, Any]]] = []
         self.calls: list[Call] = []
         self.graceful_delete = True  # pods with a grace period go terminating first, as on a real node
+        # True: every watch ends right after its backlog, as behind a proxy that cuts streams.
+        self.short_watches = False
         self._watches: list[_Watch] = []
         self._failures: list[tuple[str, str, str | None, int]] = []
         self._eviction_answers: dict[tuple[str, str], list[int]] = {}
@@ -311,7 +313,7 @@ class FakeApi:
             for event in itertools.chain(backlog, self._drain(watch)):
                 if self._visible(watch, event["object"]):
                     yield event
-            while True:
+            while not self.short_watches:
                 try:
                     event = await asyncio.wait_for(watch.queue.get(), max(deadline - loop.time(), 0))
                 except TimeoutError:

@@ -356,6 +356,11 @@ def test_event_messages_and_names_stay_within_limits() -> None:
     assert eviction.truncate("x" * 5000) == "x" * 1021 + "..."
     assert len(eviction.truncate("y" * 5000)) == eviction.EVENT_MESSAGE_LIMIT
     assert eviction.truncate("short") == "short"
+    # The server counts a note's bytes, not its characters.
+    wide = eviction.truncate("é" * 1000)
+    assert len(wide.encode()) <= eviction.EVENT_MESSAGE_LIMIT and wide.endswith("...")
+    # A cut name never ends a DNS label with '-' or '.'.
+    assert eviction.event_name("a" * 235 + "-.b" + "c" * 20, "d", "u").startswith("a" * 235 + ".")
     name = eviction.event_name("p" * 300, "cluster/1/uid", "uid")
     assert len(name) <= 253 and name == eviction.event_name("p" * 300, "cluster/1/uid", "uid")
     assert name != eviction.event_name("p" * 300, "cluster/2/uid", "uid")
@@ -384,6 +389,11 @@ async def test_eviction_answers_are_read_as_the_server_means_them() -> None:
     assert pdb_429.pdb_blocked and not pdb_429.transient and pdb_429.pdb_cause == "m"
     throttled = eviction.Answer.of(_api_exception(429, {"message": "too many"}, {"Retry-After": "3"}))
     assert throttled.transient and not throttled.pdb_blocked and throttled.retry_after_s == 3.0
+    # Retry-After from the Status when a proxy dropped the header (the server sends both).
+    bare = eviction.Answer.of(
+        _api_exception(429, {"message": "too many", "details": {"retryAfterSeconds": 4}})
+    )
+    assert bare.transient and bare.retry_after_s == 4.0
     two = eviction.Answer.of(
         _api_exception(500, {"message": "This pod has more than one PodDisruptionBudget, which ..."})
     )

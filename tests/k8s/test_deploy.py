@@ -355,6 +355,27 @@ def test_notes_render() -> None:
     assert "DRY RUN" in notes and "{{" not in notes
 
 
+# Values the manifests hold as integers (the schema says integer): the only output left unquoted.
+INTEGER_VALUES = {".Values.source.replicas", ".Values.worker.replicas", ".Values.actuator.replicas",
+                  ".Values.metricsPort"}  # fmt: skip
+
+
+def test_every_templated_string_is_quoted() -> None:
+    """A string printed unquoted is read by YAML as whatever it looks like: a Secret named 12345
+    became a number (the server refuses it), `true` a boolean, a quote broke the document."""
+    unquoted = []
+    for template in sorted((CHART / "templates").glob("*.yaml")):
+        for match in TOKEN.finditer(template.read_text()):
+            action = match.group(2)
+            if action.startswith(("if ", "/*")) or action in ("else", "end"):
+                continue
+            last = action.split("|")[-1].strip()
+            if last == "quote" or last.startswith(("toYaml", "nindent")) or action in INTEGER_VALUES:
+                continue
+            unquoted.append(f"{template.name}: {{{{ {action} }}}}")
+    assert not unquoted, unquoted
+
+
 def test_the_renderer_refuses_what_it_does_not_know() -> None:
     with pytest.raises(ValueError, match="unsupported"):
         render('{{ include "x" . }}', {"Values": {}})

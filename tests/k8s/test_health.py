@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import time
 from pathlib import Path
 
 import aiohttp
@@ -11,7 +13,8 @@ import pytest
 from streams.cli import main
 from streams.common import health
 from streams.common.errors import UsageError
-from streams.kube import actuator, lease, source
+from streams.kube import actuator, component, lease, source
+from streams.kube import api as kube
 
 
 async def test_probes_and_metrics() -> None:
@@ -118,3 +121,60 @@ def test_lease_timings_are_flags_and_nonsense_exits_2(capsys: pytest.CaptureFixt
             assert code == 2 and err.count("\n") == 1 and why in err, (command, timings, err)
     with pytest.raises(SystemExit):  # the Lease records whole seconds
         parser().parse_args(["actuator", "--broker", "kafka://k:1", "--lease-duration", "12.5"])
+
+
+class _Stop(BaseException):
+    """Not an Exception: ends the Lease loop, as nothing of one round may."""
+
+
+@pytest.mark.parametrize("command", ["source", "actuator"])
+async def test_a_dead_lease_loop_turns_livez_red(command: str) -> None:
+    """The elector the commands build is a /livez check of their Health from the start."""
+    args = parser().parse_args(
+        [command, "--broker", "kafka://k:1", "--lease-name", "l", "--lease-namespace", "ns"]
+    )
+    state = health.Health(command)
+    api = kube.for_host("http://127.0.0.1:9")  # nothing listens: the release on the way out fails, logged
+    try:
+        elected = component.elector(args, api, state)
+        assert elected is not None and state.liveness() == []
+
+        async def dies() -> bool:
+            raise _Stop
+
+        elected.try_acquire_or_renew = dies  # type: ignore[method-assign]
+        with pytest.raises(_Stop):
+            await elected.run()
+        assert [f for f in state.liveness() if f.startswith("lease: Lease loop ended")]
+    finally:
+        await api.close()
+
+
+async def test_the_lease_loop_survives_a_stray_cancellation_but_obeys_a_real_one() -> None:
+    """A CancelledError out of one round that nobody asked for (a library cancelling its own inner
+    future and letting the error escape) is a failed round like any other: the loop goes on. A
+    cancellation of the loop's task ends it, and is not swallowed."""
+    api = kube.for_host("http://127.0.0.1:9")
+    try:
+        elected = lease.LeaseElector(api, name="l", namespace="ns", identity="me", retry_period_s=0.01,
+                                     renew_deadline_s=6, lease_duration_s=7)  # fmt: skip
+        rounds: list[int] = []
+
+        async def stray() -> bool:
+            rounds.append(1)
+            if len(rounds) == 1:
+                raise asyncio.CancelledError  # not a cancellation of the loop's task
+            return False
+
+        elected.try_acquire_or_renew = stray  # type: ignore[method-assign]
+        task = asyncio.create_task(elected.run())
+        deadline = time.monotonic() + 5
+        while len(rounds) < 3:
+            assert time.monotonic() < deadline and not task.done(), "the loop ended at a stray CancelledError"
+            await asyncio.sleep(0.01)
+        assert elected.liveness() is None
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await api.close()

@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import re
+import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -27,11 +30,13 @@ from typing import Any, cast
 
 import orjson
 import pytest
+import yaml
 from aiokafka import AIOKafkaProducer
 from kubernetes_asyncio import client
 
 from schemas.records import DECISIONS, VictimRecord
 from streams.brokers.process import free_loopback_port
+from streams.common import health
 from streams.kafka import topics as kafka_topics
 from streams.kafka.sink import MemorySink
 from streams.kube import api as kube
@@ -164,7 +169,7 @@ def results(sink: MemorySink) -> dict[str, dict[str, Any]]:
 # ---- the chart, with the real helm and kubectl -----------------------------------------------
 
 
-def test_helm_lint_and_server_side_dry_run(kube_cluster: cluster.TestCluster) -> None:
+def test_helm_lint_and_server_side_dry_run(kube_cluster: cluster.TestCluster, tmp_path: Path) -> None:
     helm, kubectl = cluster.tool("helm"), cluster.tool("kubectl")
     lint = subprocess.run([helm, "lint", "--strict", str(CHART)], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
@@ -174,13 +179,6 @@ def test_helm_lint_and_server_side_dry_run(kube_cluster: cluster.TestCluster) ->
             [helm, "template", "other", str(CHART), "--namespace", cluster.NAMESPACE, *values],
             check=True, capture_output=True,
         ).stdout  # fmt: skip
-        # Not the worker's Deployment: its template (issue 12's, being rewritten as a StatefulSet)
-        # still writes secretName unquoted, which the server refuses for a numeric-looking name.
-        rendered = b"\n---\n".join(
-            doc
-            for doc in rendered.split(b"\n---\n")
-            if b"name: other-worker\n" not in doc or b"kind: Deployment" not in doc
-        )
         applied = subprocess.run(
             [kubectl, "--kubeconfig", kube_cluster.kubeconfig("admin"), "apply", "--dry-run=server",
              "-f", "-"],
@@ -189,9 +187,96 @@ def test_helm_lint_and_server_side_dry_run(kube_cluster: cluster.TestCluster) ->
         assert applied.returncode == 0, applied.stderr.decode()
         assert b"(server dry run)" in applied.stdout
     # The schema refuses what the server (or YAML) would have: helm itself says no.
-    for bad in (["--set", "source.resources.requests.cpu=lots"], ["--set", 'cluster=prod"eu']):
+    # Numbers from a values file reach templates as float64, which helm prints in exponent form
+    # from 1e6 on: "--lease-duration=1e+06" (an integer flag: exit 2) and "replicas: 2e+06".
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("lease: {durationSeconds: 1000000, renewDeadlineSeconds: 10, retryPeriodSeconds: 2}\n")
+    huger = tmp_path / "huger.yaml"
+    huger.write_text("actuator: {replicas: 2000000}\n")
+    for bad in (
+        ["--set", "source.resources.requests.cpu=lots"],
+        ["--set", 'cluster=prod"eu'],
+        ["-f", str(huge)],
+        ["-f", str(huger)],
+    ):
         refused = subprocess.run([helm, "template", "x", str(CHART), *bad], capture_output=True, text=True)
-        assert refused.returncode != 0 and "values don't meet the specifications" in refused.stderr
+        assert refused.returncode != 0 and "values don't meet the specifications" in refused.stderr, bad
+
+
+DEPLOY_DOC = CHART.parents[2] / "docs" / "deploy.md"
+
+
+def documented_helm_commands() -> dict[str, list[str]]:
+    """The first `helm install`, `helm upgrade` and `helm rollback` of docs/deploy.md, as argv."""
+    text = DEPLOY_DOC.read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+    found: dict[str, list[str]] = {}
+    for block in blocks:
+        for line in block.replace("\\\n", " ").splitlines():
+            argv = shlex.split(line)
+            if argv[:1] == ["helm"] and len(argv) > 1:
+                found.setdefault(argv[1], argv)
+    return found
+
+
+def test_the_documented_install_upgrade_and_rollback(
+    kube_cluster: cluster.TestCluster, tmp_path: Path
+) -> None:
+    """docs/deploy.md's commands as written, by the real helm against the test API server: install
+    this chart, upgrade to a next version that adds a value with a default (as the `lease:` block
+    was added once), roll back. Only the release, its namespace and the chart path are changed
+    (the session's own install holds the documented names)."""
+    helm = cluster.tool("helm")
+    commands = documented_helm_commands()
+    assert {"install", "upgrade", "rollback"} <= set(commands), sorted(commands)
+    release, namespace = "doc", f"doc-{uuid.uuid4().hex[:6]}"
+    following = tmp_path / "preemptctl"
+    shutil.copytree(CHART, following)
+    chart = yaml.safe_load((following / "Chart.yaml").read_text())
+    (following / "Chart.yaml").write_text(yaml.safe_dump({**chart, "version": chart["version"] + "-next"}))
+    with (following / "values.yaml").open("a") as out:
+        out.write("\nnextOnly: added-later\n")
+    schema = orjson.loads((following / "values.schema.json").read_bytes())
+    schema["properties"]["nextOnly"] = {"type": "string"}
+    schema["required"].append("nextOnly")
+    (following / "values.schema.json").write_bytes(orjson.dumps(schema))
+    (following / "templates" / "next.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ printf "%s-next" .Release.Name | quote }}\n'
+        "  namespace: {{ .Release.Namespace | quote }}\ndata:\n  value: {{ .Values.nextOnly | quote }}\n"
+    )
+
+    def run(argv: list[str], chart_path: Path | None) -> None:
+        argv = list(argv)
+        argv[2] = release
+        argv[argv.index("-n") + 1] = namespace
+        if chart_path is not None:
+            argv[argv.index(str(CHART.relative_to(CHART.parents[2])))] = str(chart_path)
+        done = subprocess.run(
+            [str(helm), *argv[1:], "--kubeconfig", str(kube_cluster.kubeconfig("admin"))],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 0, f"{shlex.join(argv)}: {done.stderr}"
+
+    def deployment_image() -> str:
+        found = kube_cluster.request(
+            "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{release}-source"
+        )
+        return str(found["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    try:
+        run(commands["install"], CHART)
+        installed = deployment_image()
+        run(commands["upgrade"], following)
+        configmap = kube_cluster.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{release}-next")
+        assert configmap["data"]["value"] == "added-later"  # the new chart's default reached the release
+        assert deployment_image() != installed  # and the upgrade's own --set did
+        run(commands["rollback"], None)
+        assert deployment_image() == installed
+    finally:
+        admin = str(kube_cluster.kubeconfig("admin"))
+        subprocess.run(
+            [str(helm), "uninstall", release, "-n", namespace, "--kubeconfig", admin], capture_output=True
+        )
 
 
 def test_components_can_do_exactly_what_the_code_calls(kube_cluster: cluster.TestCluster) -> None:
@@ -226,6 +311,9 @@ def test_components_can_do_exactly_what_the_code_calls(kube_cluster: cluster.Tes
     assert can("source", "update", "leases/preemptctl-source", cluster.NAMESPACE)
     assert not can("actuator", "update", "leases/preemptctl-source", cluster.NAMESPACE)
     assert not can("source", "delete", "pods") and not can("worker", "list", "pods")
+    # The source lists and watches; it never reads one object by name.
+    assert not [kind for kind in ("pods", "nodes", "priorityclasses.scheduling.k8s.io",
+                                  "poddisruptionbudgets.policy") if can("source", "get", kind)]  # fmt: skip
     assert not can("actuator", "create", "events")  # core/v1 Events: not what the code writes
 
 
@@ -298,6 +386,27 @@ async def test_delete_evict_label_nominate_and_events(
     assert (event["related"]["name"], event["related"]["uid"]) == ("high", high["metadata"]["uid"])
     assert event["metadata"]["annotations"][eviction.DECISION_ANNOTATION] == f"default/1/{ns}"
     assert event["eventTime"].endswith("Z") and event["reportingController"] == "preemptctl"
+
+
+async def test_events_are_accepted_at_the_limits_of_names_and_times(
+    kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Event of a victim whose name is as long as a pod's may be, cut where a '-' ends the cut;
+    an instance identity longer than reportingInstance's 128; a clock on a whole second (eventTime
+    is MicroTime, which the server parses only with its six fraction digits). A refused Event is
+    only logged, so the test looks for the Event itself."""
+    monkeypatch.setattr(kube, "now", lambda: datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC))
+    high = kube_cluster.apply(pod("high", ns))
+    long_name = "a" * 235 + "-" + "b" * 17  # 253 characters; an Event name keeps 236 of them
+    target = kube_cluster.apply(pod(long_name, ns, node_name="n1"))
+    sink = MemorySink()
+    actions = eviction.Actions(as_actuator, identity="pod-" + "i" * 200, retry=FAST)
+    act = Actuator(actions, sink, Ledger(), hmac_key=KEY)
+    await act.handle(decision(high, [victim(target, "label")], f"default/ev/{ns}"), key=None, origin=ORIGIN)
+    assert [r["result"] for r in results(sink).values()] == ["done"]
+    (event,) = kube_cluster.request("GET", f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
+    assert event["regarding"]["name"] == long_name and event["eventTime"] == "2026-01-01T12:00:00.000000Z"
+    assert len(event["reportingInstance"]) <= eviction.REPORTING_INSTANCE_LIMIT
 
 
 async def test_eviction_answers_of_real_pdbs(
@@ -724,8 +833,13 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
                         lambda: "pausing until the Lease is held again" in logs["a"].read_text(),
                         "a to notice it lost the Lease", logs["a"],
                     )  # fmt: skip
-                    await stop(successor, logs["b"])
-                    assert actuator_lease(kube_cluster)["holderIdentity"] == ""  # released on SIGTERM
+                    # Released on SIGTERM. The other process is still a candidate and may take an
+                    # empty holder at once (before b has even exited), so the Lease's holder alone
+                    # does not say whether b released it; b's own log does, and no one else could
+                    # hold it within a lease duration of b's last renewal otherwise.
+                    stopped = await stop(successor, logs["b"])
+                    assert "released Lease" in stopped
+                    assert actuator_lease(kube_cluster)["holderIdentity"] in ("", "actuator-a")
                 await stop(leader, logs["a"])
         finally:
             kube_cluster.request("DELETE", f"{WEBHOOKS}/hold-{ns}")
@@ -934,14 +1048,24 @@ async def test_only_the_lease_holder_writes_the_log(
         monotonic=lambda: time.monotonic() + clock[0],
     )
     scope = source.Scope(namespaces=(ns,))
+    state = health.Health("standby-source")
     async with running_source(as_source, first, scope=scope, elector=a):
         other = source.Source(
-            as_source, second, scope=scope, elector=b, tick_seconds=NO_TICKS, backoff=fast_backoff
+            as_source,
+            second,
+            scope=scope,
+            elector=b,
+            tick_seconds=NO_TICKS,
+            backoff=fast_backoff,
+            health_state=state,
         )
         task = asyncio.create_task(other.run())
         try:
             await asyncio.sleep(1.0)
             assert second.records == [] and not other.ready.is_set()  # a standby writes nothing
+            # ... and is ready: a healthy standby (otherwise `helm --wait` and `kubectl rollout
+            # status` never finish for source.replicas=2).
+            assert state.ready
         finally:
             other.stop()
             await asyncio.wait_for(task, STEP_TIMEOUT_S)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -20,13 +21,14 @@ from typing import Any
 
 import jsonschema
 import orjson
+import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from kubernetes_asyncio import client
 
 from streams.kafka import topics
 from streams.kafka.sink import KafkaSink, MemorySink, RecordSink
 from streams.kube import api as kube
-from streams.kube import source
+from streams.kube import lease, source
 from tests.k8s import objects
 from tests.k8s.conftest import fresh_topic
 from tests.k8s.fakeapi import KINDS, FakeApi
@@ -321,3 +323,110 @@ async def test_publisher_batches_under_load_and_not_when_idle() -> None:
     assert len(batches) < 100 and all(len(r.value) <= 4096 + 64 for r in loaded)
     assert len(orjson.loads(sink.records[-1].value)["events"]) == 1
     assert {r.key for r in sink.records} == {b"c"}
+
+
+# ---- the single-writer Lease ------------------------------------------------------------
+
+
+async def test_a_write_the_lease_check_refused_is_restated_by_a_relist(
+    served: tuple[FakeApi, client.ApiClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A renewal that comes late (a slow API server) leaves the holder less validity than a write
+    needs, without losing the Lease: the publisher refuses the record in hand. If the renewal then
+    lands, the source is leader again and goes on writing, so the refused events must come back
+    through a relist (RESYNC restates the cluster); otherwise the log silently lacks them."""
+    fake, api = served
+    fake.create("nodes", objects.node("n1"))
+    clock = [0.0]
+    # One round at start, none during the test: the test renews by hand.
+    elector = lease.LeaseElector(
+        api, name="src", namespace="default", identity="me", retry_period_s=9.0, monotonic=lambda: clock[0]
+    )
+    sink = MemorySink()
+    caplog.set_level(logging.WARNING, logger="streams.kube.source")
+    async with running(api, sink, elector=elector):
+        # Still the holder, but with less validity left than one write's timeout.
+        clock[0] = lease.RENEW_DEADLINE_S - kube.WRITE_TIMEOUT_S + 1.0
+        assert elector.is_leader()
+        fake.create("pods", objects.pod("refused", node="n1"))
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while "not writing" not in caplog.text:
+            assert time.monotonic() < deadline, "the publisher never met the Lease check"
+            await asyncio.sleep(0.005)
+        assert await elector.try_acquire_or_renew()  # the late renewal lands
+        fake.create("pods", objects.pod("after", node="n1"))
+        events = await wait_events(sink, lambda evs: ("Pod", "after") in names(evs))
+        events = await wait_events(sink, lambda evs: ("Pod", "refused") in names(evs))
+    # A RESYNC stands between the gap and anything written after it.
+    gap = max(i for i, e in enumerate(events) if e["type"] == "RESYNC")
+    assert gap > 0 and ("Pod", "refused") in names(events[gap:])
+
+
+async def test_a_watch_that_ends_at_once_is_retried_with_backoff(
+    served: tuple[FakeApi, client.ApiClient],
+) -> None:
+    """A watch answered 200 and closed at once with nothing in it (a proxy or load balancer cutting
+    streams, an API server shutting down) is a fault: resumed at once it would loop as fast as the
+    server answers. Like client-go's "very short watch", it backs off."""
+    fake, api = served
+    fake.create("nodes", objects.node("n1"))
+    sink = MemorySink()
+
+    def backoff() -> kube.Backoff:
+        return kube.Backoff(initial_s=0.1, max_s=0.4, jitter=0.0)
+
+    fake.short_watches = True
+    async with running(api, sink, backoff=backoff):
+        before = len([c for c in fake.calls if c.plural == "nodes" and "watch" in c.params])
+        await asyncio.sleep(1.0)
+        watches = len([c for c in fake.calls if c.plural == "nodes" and "watch" in c.params]) - before
+        fake.short_watches = False
+        fake.create("pods", objects.pod("later", node="n1"))  # and it still follows afterwards
+        await wait_events(sink, lambda evs: ("Pod", "later") in names(evs))
+    # 0.1 + 0.2 + 0.4 + 0.4: about 4 in a second (as fast as the server answers without the backoff).
+    assert 1 <= watches <= 8, watches
+
+
+async def test_an_object_too_large_for_a_record_does_not_stop_the_log(
+    served: tuple[FakeApi, client.ApiClient], tansu: str
+) -> None:
+    """A pod whose JSON exceeds what the producer may send (2 MiB: env values, command lines; an
+    object at etcd's 1.5 MiB limit grows in JSON) must not stop the log: the producer refuses the
+    record for good, and retrying it forever would hold back every event after it. It is written
+    without the fields no decision reads, and the log goes on."""
+    fake, api = served
+    fake.create("nodes", objects.node("n1"))
+    big = objects.pod("big", node="n1")
+    big["spec"]["containers"][0]["env"] = [{"name": f"V{i}", "value": '"' * 1024} for i in range(1300)]
+    topic = fresh_topic("cluster-events")
+    await topics.ensure_topics(tansu, [topics.TopicSpec(topic)])
+    async with KafkaSink(tansu) as sink, running(api, sink, topic=topic):
+        fake.create("pods", big)
+        fake.create("pods", objects.pod("after", node="n1"))
+        events, _ = await read_topic(tansu, topic, lambda evs: ("Pod", "after") in names(evs))
+    (written,) = [e["object"] for e in events if e.get("object", {}).get("metadata", {}).get("name") == "big"]
+    container = written["spec"]["containers"][0]
+    assert "env" not in container and container["resources"] == big["spec"]["containers"][0]["resources"]
+    assert written["metadata"]["annotations"][source.TRIMMED_ANNOTATION]
+
+
+async def test_an_object_too_large_even_trimmed_is_left_out_and_its_deletion_is_a_tombstone(
+    served: tuple[FakeApi, client.ApiClient],
+) -> None:
+    """What trimming cannot shrink (labels, say) is left out, counted, and the log goes on; the
+    deletion of such an object still reaches the log, as its tombstone."""
+    fake, api = served
+    fake.create("nodes", objects.node("n1"))
+    huge = objects.pod("huge", node="n1", labels={f"k{i}": "v" * 60 for i in range(100)})
+    sink = MemorySink()
+    dropped = source.OVERSIZED.labels("Pod", "dropped")._value.get()
+    async with running(api, sink, max_event_bytes=4096):
+        fake.create("pods", huge)
+        fake.create("pods", objects.pod("after", node="n1"))
+        await wait_events(sink, lambda evs: ("Pod", "after") in names(evs))
+        fake.remove("pods", "default", "huge")
+        events = await wait_events(sink, deleted("huge"))
+    assert ("Pod", "huge") not in names(events, "ADDED")
+    assert source.OVERSIZED.labels("Pod", "dropped")._value.get() == dropped + 1
+    (tombstone,) = [e["object"] for e in events if e["type"] == "DELETED"]
+    assert set(tombstone["metadata"]) == {"name", "namespace", "uid", "resourceVersion"}
