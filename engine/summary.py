@@ -288,9 +288,14 @@ def refine(
     prios = sorted(p.priority or 0 for p in pool)
     # One victim at the bound's level, the others as cheap as any pod here could be.
     shifted = highest + PRIORITY_SHIFT + sum(prios[: count - 1]) + (count - 1) * PRIORITY_SHIFT
+    # The start term stands on its own: the coarse one may come from a lone pod that
+    # covers the shortfall but tolerates the preemptor, true only while the count is 1.
+    # The highest-priority victims are pool pods at this level; none started later.
+    starts = [p.start for p in pool if (p.priority or 0) == highest]
+    start = -max(starts) if starts else value[4]
     if minimal:
-        return max(value, (value[0], highest, count, shifted, value[4]))
-    return max(value, (value[0], highest, shifted, count, value[4]))
+        return max(value, (value[0], highest, count, shifted, start))
+    return max(value, (value[0], highest, shifted, count, start))
 
 
 class Summaries:
