@@ -44,6 +44,8 @@ class NodeState:
     node: Node
     pods: dict[str, Pod] = field(default_factory=dict)  # bound, non-terminal pods by uid
     used: Resources = field(default_factory=dict)
+    # Moves on whenever the node's state changes; unique across the cluster's nodes and
+    # their lifetimes, so a node deleted and created again never repeats a version.
     version: int = 0
 
 
@@ -94,6 +96,9 @@ class Cluster:
         # PDB stay valid; capacity never changes.
         self.pdb_touched: list[tuple[str, str]] = []
         self.pdb_touched_base = 0
+        # The last NodeState.version handed out: caches keyed by (node name, version)
+        # must not mistake a re-created node for the one it replaced.
+        self._versions = 0
 
     @property
     def pdbs(self) -> dict[str, Pdb]:
@@ -240,7 +245,8 @@ class Cluster:
             return
         state = self.nodes.get(name)
         if state is not None:
-            state.version += 1
+            self._versions += 1
+            state.version = self._versions
         self.touched.append(name)
 
     def _upsert_node(self, node: Node) -> None:

@@ -9,8 +9,8 @@ terminating and soft-evicted pods. The churn is a sequence of watch events
 applied with `Cluster.apply` (resourceVersions and all), as the worker folds
 them: pods bound, deleted, terminating, nominated, status-only updates; PDB
 status and selector changes, PDBs created and deleted; a toleration policy
-changed; quotas resized; nodes cordoned and resized; time passing through
-toleration windows.
+changed; quotas resized; nodes cordoned, resized, deleted and created again;
+time passing through toleration windows.
 """
 
 from __future__ import annotations
@@ -180,6 +180,8 @@ def changes(draw: st.DrawFn, base: dict[str, Any]) -> list[tuple[str, dict[str, 
                     "quota",
                     "cordon",
                     "resize",
+                    "node-new",
+                    "node-replace",
                     "tick",
                 )
             )
@@ -239,6 +241,19 @@ def changes(draw: st.DrawFn, base: dict[str, Any]) -> list[tuple[str, dict[str, 
             else:
                 obj["status"]["allocatable"]["cpu"] = str(draw(st.sampled_from((2, 3, 4))))
             event("MODIFIED", obj)
+        elif what == "node-new":
+            names.append(f"m{i}")  # empty at first; later events may bind pods to it
+            event("ADDED", gen.node(names[-1], draw(st.sampled_from((2, 4))), 16, 110))
+        elif what == "node-replace":
+            # A node deleted and created again under its name (a machine replaced), with
+            # pods bound to it meanwhile: they wait as orphans until the node is back.
+            name = draw(st.sampled_from(names))
+            obj = copy.deepcopy(objects[("Node", name, None)])
+            event("DELETED", obj)
+            if draw(st.booleans()):
+                event("ADDED", draw(bound_pod(f"x{i}", [name])))
+            obj["status"]["allocatable"]["cpu"] = str(draw(st.sampled_from((2, 3, 4))))
+            event("ADDED", obj)
         else:
             out.append(("TICK", None, advance))
     return out

@@ -3,7 +3,8 @@
 A small mixed cluster (tests.churn) evolves through random watch events folded
 with `Cluster.apply` (pods bound, deleted, terminating, nominated, heartbeats;
 PDB status, selector, creation and deletion; a toleration policy changed; quotas
-resized; nodes cordoned and resized; time passing through toleration windows)
+resized; nodes added, cordoned, resized, deleted and created again; time passing
+through toleration windows)
 while one long-lived Index answers for preemptors of every flow after every
 change. Each answer is checked three ways:
 - against engine.reference (the literal transcription, recomputed from scratch);
@@ -155,3 +156,34 @@ def test_case_answers_do_not_depend_on_a_shared_index() -> None:
     c = case_mod.load(raw, where="t")
     shared = Index(c.cluster)
     assert case_mod.answer(c, index=shared).answer() == case_mod.answer(c).answer()
+
+
+def test_a_node_created_again_is_not_mistaken_for_the_one_it_replaced() -> None:
+    """A node deleted and created again, a pod bound to it meanwhile: its cached summary is stale.
+
+    Node versions restarted at zero with each NodeState, so the re-created node
+    repeated the version of the empty one it replaced, and the long-lived index
+    answered `fits` on a full node from that node's old summary.
+    """
+    cluster = Cluster()
+    version = 0
+
+    def apply(kind: str, obj: dict[str, Any]) -> None:
+        nonlocal version
+        version += 1
+        cluster.apply(kind, {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}})
+
+    replaced = gen.node("n2", 2, 8, 110)
+    apply("ADDED", gen.node("n1", 2, 8, 110))
+    apply("ADDED", gen.pod("a", node="n1", priority=0, cpu_m=2000))
+    apply("ADDED", replaced)
+    apply("ADDED", gen.pod("x", node=None, priority=100, cpu_m=1000))
+    index = Index(cluster)
+    x = [cluster.pods["x-uid"]]
+    assert _decide(cluster, x, 0, Config(), index).outcome == "fits"
+    apply("DELETED", replaced)
+    apply("ADDED", gen.pod("b", node="n2", priority=0, cpu_m=2000))
+    apply("ADDED", replaced)
+    d = _decide(cluster, x, 0, Config(), index)
+    assert _answer(d) == _answer(_decide(cluster, x, 0, Config(), None))
+    assert (d.outcome, d.node) == ("preempt", "n1")
