@@ -7,10 +7,11 @@ selectors, disruptedPods and budgets of 0-2; ElasticQuotas with preemptible and
 non-preemptible pods; pod groups, owner references, DaemonSet pods, nominated,
 terminating and soft-evicted pods. The churn is a sequence of watch events
 applied with `Cluster.apply` (resourceVersions and all), as the worker folds
-them: pods bound, deleted, terminating, nominated, status-only updates; PDB
-status and selector changes, PDBs created and deleted; a toleration policy
-changed; quotas resized; nodes cordoned, resized, deleted and created again;
-time passing through toleration windows.
+them: pods bound, deleted, terminating, nominated and renominated, relabelled,
+moved, status-only updates; PDB status (budget, disruptedPods) and selector
+changes, PDBs created and deleted; a toleration policy changed; quotas resized;
+nodes added, cordoned, resized, deleted and created again; time passing
+through toleration windows.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tests import flowgen, gen
 
 NAMESPACES = ("default", "team-a", "team-b")
 APPS = ("web", "db", "batch")
-PRIORITIES = (0, 10, 100, 1000)
+PRIORITIES = (-5, 0, 10, 100, 1000)
 STARTS = ("2025-12-31T20:00:00Z", "2025-12-31T22:00:00Z", "2025-12-31T23:30:00Z", "2025-12-31T23:59:00Z")
 TOLERANT = "tolerant"  # class value 10: tolerates preemptors below 1000 for an hour
 
@@ -182,6 +183,10 @@ def changes(draw: st.DrawFn, base: dict[str, Any]) -> list[tuple[str, dict[str, 
                     "resize",
                     "node-new",
                     "node-replace",
+                    "relabel",
+                    "move",
+                    "pdb-disrupted",
+                    "renominate",
                     "tick",
                 )
             )
@@ -254,6 +259,34 @@ def changes(draw: st.DrawFn, base: dict[str, Any]) -> list[tuple[str, dict[str, 
                 event("ADDED", draw(bound_pod(f"x{i}", [name])))
             obj["status"]["allocatable"]["cpu"] = str(draw(st.sampled_from((2, 3, 4))))
             event("ADDED", obj)
+        elif what in ("relabel", "move") and pods:
+            # Changes a watch delivers as MODIFIED that move a pod between PDBs or nodes.
+            obj = copy.deepcopy(objects[draw(st.sampled_from(pods))])
+            if what == "relabel":
+                obj["metadata"]["labels"]["app"] = draw(st.sampled_from(APPS))
+            else:
+                obj["spec"]["nodeName"] = draw(st.sampled_from(names))
+            event("MODIFIED", obj)
+        elif what == "pdb-disrupted" and pdbs and pods:
+            obj = copy.deepcopy(objects[draw(st.sampled_from(pdbs))])
+            if draw(st.booleans()):
+                obj["status"]["disruptedPods"] = {draw(st.sampled_from(pods))[1]: "2025-12-31T23:59:00Z"}
+            else:
+                obj["status"].pop("disruptedPods", None)
+            event("MODIFIED", obj)
+        elif what == "renominate":
+            pending = sorted(
+                (k for k, o in objects.items() if k[0] == "Pod" and o["status"].get("nominatedNodeName")),
+                key=str,
+            )
+            if pending:
+                obj = copy.deepcopy(objects[draw(st.sampled_from(pending))])
+                target = draw(st.sampled_from([None, *names]))
+                if target is None:
+                    del obj["status"]["nominatedNodeName"]
+                else:
+                    obj["status"]["nominatedNodeName"] = target
+                event("MODIFIED", obj)
         else:
             out.append(("TICK", None, advance))
     return out
