@@ -87,6 +87,10 @@ class Cluster:
         self._bound_groups: dict[tuple[str, str], set[str]] = {}
         # Warnings for the operator (unparsable annotations); the runtime logs each once.
         self.warnings: dict[str, str] = {}
+        # Pods whose record came without spec.priority: the index stamped it from their
+        # class (or the global default), and stamps it again when classes change, so the
+        # order classes and pods were folded in does not matter (docs/semantics.md §8).
+        self._stamped: set[str] = set()
         # Names of nodes whose state changed, in order; caches replay it to stay current.
         # `touched_base` is the absolute position of touched[0] (the log is trimmed).
         self.touched: list[str] = []
@@ -188,6 +192,7 @@ class Cluster:
     def remove(self, kind: str, uid: str) -> None:
         if kind == "Pod":
             self._remove_pod(uid)
+            self._stamped.discard(uid)
         elif kind == "Node":
             state = self.nodes.pop(uid, None)
             if state is not None:
@@ -200,6 +205,7 @@ class Cluster:
                 had = self._policies.pop(uid, None)
                 if had is not None:
                     self._touch_class(uid)
+                self._restamp()
         elif kind == "PodDisruptionBudget":
             old_pdb = self.budgets.pdbs.get(uid)
             if old_pdb is not None:
@@ -209,7 +215,10 @@ class Cluster:
 
     def _upsert_class(self, record: PriorityClass) -> None:
         before = self._policies.get(record.name)
+        held = self.priority_classes.get(record.name)
         self.priority_classes[record.name] = record
+        if held is None or (held.value, held.global_default) != (record.value, record.global_default):
+            self._restamp()
         try:
             policy = toleration.parse_policy(record.value, record.annotations)
             self.warnings.pop(f"PriorityClass/{record.name}", None)
@@ -221,6 +230,13 @@ class Cluster:
         # policy of a class reaches an evaluation: the nodes running its pods.
         if policy != before:
             self._touch_class(record.name)
+
+    def _restamp(self) -> None:
+        """Stamp again the pods whose priority came from the classes, now that the classes changed."""
+        for uid in sorted(self._stamped):
+            pod = self.pods[uid]
+            if self.priority(dataclasses.replace(pod, priority=None)) != pod.priority:
+                self._upsert_pod(dataclasses.replace(pod, priority=None))
 
     def _touch_class(self, name: str) -> None:
         for node in sorted({self.pods[uid].node or "" for uid in self._bound_in_class.get(name, ())}):
@@ -262,10 +278,14 @@ class Cluster:
         self._touch(node.name)
 
     def _upsert_pod(self, pod: Pod) -> None:
+        old = self.pods.get(pod.uid)
         if pod.priority is None:
             # Admission stamps spec.priority from the class; do the same for hand-written objects.
             pod = dataclasses.replace(pod, priority=self.priority(pod))
-        old = self.pods.get(pod.uid)
+            self._stamped.add(pod.uid)
+        elif old is None or old.priority != pod.priority:
+            # A priority of its own; a record derived from ours (dataclasses.replace) keeps our stamp.
+            self._stamped.discard(pod.uid)
         if old is not None and dataclasses.replace(old, resource_version=pod.resource_version) == pod:
             # Only the resourceVersion moved (a kubelet status heartbeat, say): every
             # field the engine keeps is equal, so swap the record in place and touch

@@ -187,3 +187,40 @@ def test_a_node_created_again_is_not_mistaken_for_the_one_it_replaced() -> None:
     d = _decide(cluster, x, 0, Config(), index)
     assert _answer(d) == _answer(_decide(cluster, x, 0, Config(), None))
     assert (d.outcome, d.node) == ("preempt", "n1")
+
+
+def test_pods_folded_before_their_priority_class_take_its_value() -> None:
+    """Watch order is per kind: a pod without spec.priority may arrive before its class.
+
+    The index stamped such a pod once, with whatever classes it held then, so a
+    worker folding the log and one restored from a snapshot (`cluster.build`,
+    classes first) disagreed on its priority and chose different nodes.
+    """
+    classes = [
+        {"kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000},
+        {"kind": "PriorityClass", "metadata": {"name": "base"}, "value": 50, "globalDefault": True},
+    ]
+    pods = [
+        gen.pod("classed", node="n1", priority=0, cpu_m=2000),
+        gen.pod("defaulted", node="n2", priority=0, cpu_m=2000),
+        gen.pod("low", node="n3", priority=0, cpu_m=2000),
+        gen.pod("x", node=None, priority=100, cpu_m=2000),
+    ]
+    del pods[0]["spec"]["priority"], pods[1]["spec"]["priority"]
+    pods[0]["spec"]["priorityClassName"] = "high"
+    raw = [gen.node(n, 2, 8, 110) for n in ("n1", "n2", "n3")] + pods + classes
+    folded = Cluster()
+    for n, obj in enumerate(raw):
+        folded.apply("ADDED", {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(n + 1)}})
+    built = cluster_mod.build([objects.normalize(o) for o in raw])
+    for c in (folded, built):
+        assert [c.pods[f"{p}-uid"].priority for p in ("classed", "defaulted", "low")] == [1000, 50, 0]
+    x = [folded.pods["x-uid"]]
+    index = Index(folded)
+    d = _decide(folded, x, 0, Config(), index)
+    assert _answer(d) == _answer(_decide(built, [built.pods["x-uid"]], 0, Config(), None))
+    assert (d.outcome, d.node) == ("preempt", "n3")
+    # Deleting the default class gives its pods priority 0 again, and they are victims once more.
+    folded.apply("DELETED", {**classes[1], "metadata": {"name": "base", "resourceVersion": "99"}})
+    assert folded.pods["defaulted-uid"].priority == 0
+    assert _decide(folded, x, 0, Config(), index).node == "n2"
