@@ -299,22 +299,25 @@ def refine(
 
 
 class Summaries:
-    """Summaries by (kind, node), rebuilt when the node's state version moves on."""
+    """Summaries by node and kind, rebuilt when the node's state version moves on."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self._cache: dict[tuple[str, str], Summary] = {}
+        self._cache: dict[str, dict[str, Summary]] = {}
 
     def get(self, kind: str, state: NodeState, keep: Callable[[Pod], bool] | None) -> Summary:
-        key = (kind, state.node.name)
-        held = self._cache.get(key)
+        kinds = self._cache.setdefault(state.node.name, {})
+        held = kinds.get(kind)
         if held is not None and held.version == state.version:
             return held
         pods = list(state.pods.values()) if keep is None else [p for p in state.pods.values() if keep(p)]
         summary = build(self.cluster, state, pods)
-        self._cache[key] = summary
+        kinds[kind] = summary
         return summary
 
     def forget(self, name: str) -> None:
-        for key in [k for k in self._cache if k[1] == name]:
-            del self._cache[key]
+        """A node is gone: its summaries would only hold its pods in memory."""
+        self._cache.pop(name, None)
+
+    def __len__(self) -> int:
+        return len(self._cache)

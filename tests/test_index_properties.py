@@ -224,3 +224,26 @@ def test_pods_folded_before_their_priority_class_take_its_value() -> None:
     folded.apply("DELETED", {**classes[1], "metadata": {"name": "base", "resourceVersion": "99"}})
     assert folded.pods["defaulted-uid"].priority == 0
     assert _decide(folded, x, 0, Config(), index).node == "n2"
+
+
+def test_deleted_nodes_leave_nothing_in_the_index() -> None:
+    """Machines come and go under new names: a long-lived index must not keep every node it ever saw."""
+    cluster = Cluster()
+    version = 0
+
+    def apply(kind: str, obj: dict[str, Any]) -> None:
+        nonlocal version
+        version += 1
+        cluster.apply(kind, {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}})
+
+    apply("ADDED", gen.pod("x", node=None, priority=100, cpu_m=1000))
+    index = Index(cluster)
+    for i in range(20):
+        node = gen.node(f"n{i}", 2, 8, 110)
+        apply("ADDED", node)
+        apply("ADDED", gen.pod(f"a{i}", node=f"n{i}", priority=0, cpu_m=2000))
+        assert _decide(cluster, [cluster.pods["x-uid"]], 0, Config(), index).outcome == "preempt"
+        apply("DELETED", node)
+    _decide(cluster, [cluster.pods["x-uid"]], 0, Config(), index)
+    assert len(index.summaries) == 0
+    assert all(not r._filtered for r in index._rankings.values())
