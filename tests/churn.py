@@ -9,9 +9,10 @@ terminating and soft-evicted pods. The churn is a sequence of watch events
 applied with `Cluster.apply` (resourceVersions and all), as the worker folds
 them: pods bound, deleted, terminating, nominated and renominated, relabelled,
 moved, status-only updates; PDB status (budget, disruptedPods) and selector
-changes, PDBs created and deleted; a toleration policy changed; quotas resized;
-nodes added, cordoned, resized, deleted and created again; time passing
-through toleration windows.
+changes, PDBs created and deleted; a toleration policy changed; a PriorityClass
+that pods without spec.priority name (or the global default) created, changed
+and deleted; quotas resized; nodes added, cordoned, resized, deleted and
+created again; time passing through toleration windows.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ APPS = ("web", "db", "batch")
 PRIORITIES = (-5, 0, 10, 100, 1000)
 STARTS = ("2025-12-31T20:00:00Z", "2025-12-31T22:00:00Z", "2025-12-31T23:30:00Z", "2025-12-31T23:59:00Z")
 TOLERANT = "tolerant"  # class value 10: tolerates preemptors below 1000 for an hour
+LATE = "late"  # a class some pods name without spec.priority; created, changed and deleted by churn
 
 
 def tolerant_class(seconds: int = 3600) -> dict[str, Any]:
@@ -89,8 +91,24 @@ def bound_pod(draw: st.DrawFn, name: str, nodes: list[str]) -> dict[str, Any]:
     )
     if draw(st.integers(0, 6)) == 0:
         obj["metadata"]["ownerReferences"] = [flowgen.daemonset_owner("agent")]
+    if "priorityClassName" not in obj["spec"] and draw(st.integers(0, 3)) == 0:
+        # No spec.priority (a hand-written object): it comes from the class LATE, else the
+        # global default, whichever exists when the pod is looked at.
+        del obj["spec"]["priority"]
+        if draw(st.booleans()):
+            obj["spec"]["priorityClassName"] = LATE
     obj["metadata"]["creationTimestamp"] = obj["status"].get("startTime", STARTS[0])
     return obj
+
+
+def late_class(value: int, *, default: bool) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": LATE, "uid": f"{LATE}-uid"},
+        "value": value,
+        "globalDefault": default,
+    }
 
 
 @st.composite
@@ -98,6 +116,8 @@ def clusters(draw: st.DrawFn) -> dict[str, Any]:
     """{objects, now}: a small mixed cluster (no preemptor: the tests bring their own)."""
     names = [f"n{i}" for i in range(1, draw(st.integers(2, 5)) + 1)]
     objects: list[dict[str, Any]] = [tolerant_class()]
+    if draw(st.booleans()):
+        objects.append(late_class(draw(st.sampled_from((5, 50))), default=draw(st.booleans())))
     for i, name in enumerate(names):
         objects.append(
             gen.node(
@@ -187,6 +207,8 @@ def changes(draw: st.DrawFn, base: dict[str, Any]) -> list[tuple[str, dict[str, 
                     "move",
                     "pdb-disrupted",
                     "renominate",
+                    "late-class",
+                    "late-class",
                     "tick",
                 )
             )
@@ -287,6 +309,12 @@ def changes(draw: st.DrawFn, base: dict[str, Any]) -> list[tuple[str, dict[str, 
                 else:
                     obj["status"]["nominatedNodeName"] = target
                 event("MODIFIED", obj)
+        elif what == "late-class":
+            # PriorityClass values are immutable in a real cluster; classes still come and go.
+            if ("PriorityClass", LATE, None) in objects and draw(st.booleans()):
+                event("DELETED", objects[("PriorityClass", LATE, None)])
+            else:
+                event("ADDED", late_class(draw(st.sampled_from((5, 500, 2000))), default=draw(st.booleans())))
         else:
             out.append(("TICK", None, advance))
     return out
