@@ -37,6 +37,11 @@ from engine.resources import Resources
 # Deleted objects remembered (oldest forgotten first) so a re-delivered older event
 # cannot resurrect them; re-delivery reaches back minutes, not millions of deletions.
 MAX_TOMBSTONES = 100_000
+# Touch-log entries kept whatever the readers: a worker folding events with no
+# preemptor to decide, or a cache last used long ago, would otherwise hold every
+# change ever folded. A reader that falls further behind starts over (its cache
+# is rebuilt, which costs about what replaying this many changes would).
+MAX_TOUCH_LOG = 200_000
 
 
 @dataclass(slots=True)
@@ -172,6 +177,16 @@ class Cluster:
     # ---- updates -------------------------------------------------------------------
 
     def upsert(self, record: Record) -> None:
+        self._upsert(record)
+        self._bound_logs()
+
+    def _bound_logs(self) -> None:
+        if len(self.touched) > MAX_TOUCH_LOG:
+            self.trim_touched(self.touched_end - MAX_TOUCH_LOG // 2)
+        if len(self.pdb_touched) > MAX_TOUCH_LOG:
+            self.trim_pdb_touched(self.pdb_touched_end - MAX_TOUCH_LOG // 2)
+
+    def _upsert(self, record: Record) -> None:
         if isinstance(record, Pod):
             self._upsert_pod(record)
         elif isinstance(record, Node):
@@ -190,6 +205,10 @@ class Cluster:
             self.quotas[record.uid] = record
 
     def remove(self, kind: str, uid: str) -> None:
+        self._remove(kind, uid)
+        self._bound_logs()
+
+    def _remove(self, kind: str, uid: str) -> None:
         if kind == "Pod":
             self._remove_pod(uid)
             self._stamped.discard(uid)

@@ -247,3 +247,34 @@ def test_deleted_nodes_leave_nothing_in_the_index() -> None:
     _decide(cluster, [cluster.pods["x-uid"]], 0, Config(), index)
     assert len(index.summaries) == 0
     assert all(not r._filtered for r in index._rankings.values())
+
+
+def test_touch_logs_stay_bounded_whoever_reads_them(monkeypatch: Any) -> None:
+    """Without preemptors nothing trimmed the logs, and one ranking used once pinned them for good."""
+    monkeypatch.setattr(cluster_mod, "MAX_TOUCH_LOG", 40)
+    cluster = Cluster()
+    version = 0
+
+    def apply(kind: str, obj: dict[str, Any]) -> None:
+        nonlocal version
+        version += 1
+        cluster.apply(kind, {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}})
+
+    for n in ("n1", "n2"):
+        apply("ADDED", gen.node(n, 2, 8, 110))
+    apply("ADDED", gen.pod("once", node=None, priority=100, cpu_m=2000))
+    apply("ADDED", gen.pod("often", node=None, priority=1000, cpu_m=1000))
+    index = Index(cluster)
+    once, often = [cluster.pods["once-uid"]], [cluster.pods["often-uid"]]
+    _decide(cluster, once, 0, Config(), index)
+    for i in range(200):
+        apply("ADDED", gen.pod(f"p{i}", node=f"n{1 + i % 2}", priority=0, cpu_m=200 + 200 * (i % 5)))
+        apply("DELETED", gen.pod(f"p{i}", node=f"n{1 + i % 2}", priority=0, cpu_m=200 + 200 * (i % 5)))
+        if i % 3 == 0:
+            apply("ADDED", gen.pod(f"q{i}", node=f"n{1 + i % 2}", priority=0, cpu_m=100))
+            _decide(cluster, often, 0, Config(), index)
+        assert len(cluster.touched) <= 40
+    # The ranking left behind starts over and still answers as a fresh index does.
+    assert _answer(_decide(cluster, once, 0, Config(), index)) == _answer(
+        _decide(cluster, once, 0, Config(), None)
+    )
