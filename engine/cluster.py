@@ -37,6 +37,11 @@ from engine.resources import Resources
 # Deleted objects remembered (oldest forgotten first) so a re-delivered older event
 # cannot resurrect them; re-delivery reaches back minutes, not millions of deletions.
 MAX_TOMBSTONES = 100_000
+# Touch-log entries kept whatever the readers: a worker folding events with no
+# preemptor to decide, or a cache last used long ago, would otherwise hold every
+# change ever folded. A reader that falls further behind starts over (its cache
+# is rebuilt, which costs about what replaying this many changes would).
+MAX_TOUCH_LOG = 200_000
 
 
 @dataclass(slots=True)
@@ -44,6 +49,8 @@ class NodeState:
     node: Node
     pods: dict[str, Pod] = field(default_factory=dict)  # bound, non-terminal pods by uid
     used: Resources = field(default_factory=dict)
+    # Moves on whenever the node's state changes; unique across the cluster's nodes and
+    # their lifetimes, so a node deleted and created again never repeats a version.
     version: int = 0
 
 
@@ -85,6 +92,10 @@ class Cluster:
         self._bound_groups: dict[tuple[str, str], set[str]] = {}
         # Warnings for the operator (unparsable annotations); the runtime logs each once.
         self.warnings: dict[str, str] = {}
+        # Pods whose record came without spec.priority: the index stamped it from their
+        # class (or the global default), and stamps it again when classes change, so the
+        # order classes and pods were folded in does not matter (docs/semantics.md §8).
+        self._stamped: set[str] = set()
         # Names of nodes whose state changed, in order; caches replay it to stay current.
         # `touched_base` is the absolute position of touched[0] (the log is trimmed).
         self.touched: list[str] = []
@@ -94,6 +105,9 @@ class Cluster:
         # PDB stay valid; capacity never changes.
         self.pdb_touched: list[tuple[str, str]] = []
         self.pdb_touched_base = 0
+        # The last NodeState.version handed out: caches keyed by (node name, version)
+        # must not mistake a re-created node for the one it replaced.
+        self._versions = 0
 
     @property
     def pdbs(self) -> dict[str, Pdb]:
@@ -163,6 +177,16 @@ class Cluster:
     # ---- updates -------------------------------------------------------------------
 
     def upsert(self, record: Record) -> None:
+        self._upsert(record)
+        self._bound_logs()
+
+    def _bound_logs(self) -> None:
+        if len(self.touched) > MAX_TOUCH_LOG:
+            self.trim_touched(self.touched_end - MAX_TOUCH_LOG // 2)
+        if len(self.pdb_touched) > MAX_TOUCH_LOG:
+            self.trim_pdb_touched(self.pdb_touched_end - MAX_TOUCH_LOG // 2)
+
+    def _upsert(self, record: Record) -> None:
         if isinstance(record, Pod):
             self._upsert_pod(record)
         elif isinstance(record, Node):
@@ -181,8 +205,13 @@ class Cluster:
             self.quotas[record.uid] = record
 
     def remove(self, kind: str, uid: str) -> None:
+        self._remove(kind, uid)
+        self._bound_logs()
+
+    def _remove(self, kind: str, uid: str) -> None:
         if kind == "Pod":
             self._remove_pod(uid)
+            self._stamped.discard(uid)
         elif kind == "Node":
             state = self.nodes.pop(uid, None)
             if state is not None:
@@ -195,6 +224,7 @@ class Cluster:
                 had = self._policies.pop(uid, None)
                 if had is not None:
                     self._touch_class(uid)
+                self._restamp()
         elif kind == "PodDisruptionBudget":
             old_pdb = self.budgets.pdbs.get(uid)
             if old_pdb is not None:
@@ -204,7 +234,10 @@ class Cluster:
 
     def _upsert_class(self, record: PriorityClass) -> None:
         before = self._policies.get(record.name)
+        held = self.priority_classes.get(record.name)
         self.priority_classes[record.name] = record
+        if held is None or (held.value, held.global_default) != (record.value, record.global_default):
+            self._restamp()
         try:
             policy = toleration.parse_policy(record.value, record.annotations)
             self.warnings.pop(f"PriorityClass/{record.name}", None)
@@ -216,6 +249,13 @@ class Cluster:
         # policy of a class reaches an evaluation: the nodes running its pods.
         if policy != before:
             self._touch_class(record.name)
+
+    def _restamp(self) -> None:
+        """Stamp again the pods whose priority came from the classes, now that the classes changed."""
+        for uid in sorted(self._stamped):
+            pod = self.pods[uid]
+            if self.priority(dataclasses.replace(pod, priority=None)) != pod.priority:
+                self._upsert_pod(dataclasses.replace(pod, priority=None))
 
     def _touch_class(self, name: str) -> None:
         for node in sorted({self.pods[uid].node or "" for uid in self._bound_in_class.get(name, ())}):
@@ -240,7 +280,8 @@ class Cluster:
             return
         state = self.nodes.get(name)
         if state is not None:
-            state.version += 1
+            self._versions += 1
+            state.version = self._versions
         self.touched.append(name)
 
     def _upsert_node(self, node: Node) -> None:
@@ -256,10 +297,14 @@ class Cluster:
         self._touch(node.name)
 
     def _upsert_pod(self, pod: Pod) -> None:
+        old = self.pods.get(pod.uid)
         if pod.priority is None:
             # Admission stamps spec.priority from the class; do the same for hand-written objects.
             pod = dataclasses.replace(pod, priority=self.priority(pod))
-        old = self.pods.get(pod.uid)
+            self._stamped.add(pod.uid)
+        elif old is None or old.priority != pod.priority:
+            # A priority of its own; a record derived from ours (dataclasses.replace) keeps our stamp.
+            self._stamped.discard(pod.uid)
         if old is not None and dataclasses.replace(old, resource_version=pod.resource_version) == pod:
             # Only the resourceVersion moved (a kubelet status heartbeat, say): every
             # field the engine keeps is equal, so swap the record in place and touch

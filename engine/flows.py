@@ -20,15 +20,14 @@ from engine.index import Index
 from engine.objects import Pod
 from engine.victims import to_victims
 
-POD_GROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
-QUOTA_LABEL = "quota.scheduling.koordinator.sh/name"
-
 
 def in_job(cluster: Cluster, pod: Pod) -> bool:
-    """Job flow membership: a pod-group member, or a pod under an ElasticQuota (label, else namespace)."""
-    if POD_GROUP_LABEL in pod.labels or QUOTA_LABEL in pod.labels:
-        return True
-    return any(q.namespace == pod.namespace for q in cluster.quotas.values())
+    """Job flow membership: a pod-group member, or a pod charged to an ElasticQuota.
+
+    A quota label alone is not enough: when it names no quota and the namespace has
+    none, the pod is charged to nothing (`job.quota_of`) and takes the default flow.
+    """
+    return job.is_job_pod(cluster, pod)
 
 
 def select_flow(cluster: Cluster, pods: Sequence[Pod]) -> str:

@@ -234,6 +234,9 @@ class Ranking:
             return  # its pods changed, but this preemptor can never run there anyway
         self.drop(name)
         if state is None:
+            # The node is gone: nothing of it is kept (node names come and go with machines).
+            self._filtered.pop(name, None)
+            self.summaries.forget(name)
             return
         e = self._check(state)
         self.state[name] = e

@@ -184,6 +184,10 @@ def resources(raw: Any, where: str) -> Resources:
                     _AMOUNTS[key] = amount
         except InvalidQuantity as exc:
             raise InvalidObject(f"{where}.{name}: {exc}") from exc
+        if amount < 0:
+            # The API server rejects negative requests, capacities and quota bounds; a
+            # negative amount would free room by staying, which no capacity rule allows for.
+            raise InvalidObject(f"{where}.{name}: negative quantity {value!r}")
         out[key[0]] = amount
     return out
 

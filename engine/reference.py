@@ -20,7 +20,19 @@ SHIFT = 2**31
 
 
 def _prio(cluster: Cluster, pod: Pod) -> int:
-    return cluster.priority(pod)
+    """spec.priority as written, else the PriorityClass's value, else the global default, else 0.
+
+    Read from the object as received, not from the priority the index stamped on it.
+    """
+    spec = pod.raw.get("spec")
+    written = spec.get("priority") if isinstance(spec, dict) else None
+    if written is not None:
+        return int(written)
+    classes = cluster.priority_classes
+    if pod.priority_class in classes:
+        return classes[pod.priority_class].value
+    defaults = sorted(name for name, pc in classes.items() if pc.global_default)
+    return classes[defaults[0]].value if defaults else 0
 
 
 def _fits(req: dict[str, int], alloc: dict[str, int], pods: list[Pod]) -> bool:

@@ -288,28 +288,36 @@ def refine(
     prios = sorted(p.priority or 0 for p in pool)
     # One victim at the bound's level, the others as cheap as any pod here could be.
     shifted = highest + PRIORITY_SHIFT + sum(prios[: count - 1]) + (count - 1) * PRIORITY_SHIFT
+    # The start term stands on its own: the coarse one may come from a lone pod that
+    # covers the shortfall but tolerates the preemptor, true only while the count is 1.
+    # The highest-priority victims are pool pods at this level; none started later.
+    starts = [p.start for p in pool if (p.priority or 0) == highest]
+    start = -max(starts) if starts else value[4]
     if minimal:
-        return max(value, (value[0], highest, count, shifted, value[4]))
-    return max(value, (value[0], highest, shifted, count, value[4]))
+        return max(value, (value[0], highest, count, shifted, start))
+    return max(value, (value[0], highest, shifted, count, start))
 
 
 class Summaries:
-    """Summaries by (kind, node), rebuilt when the node's state version moves on."""
+    """Summaries by node and kind, rebuilt when the node's state version moves on."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self._cache: dict[tuple[str, str], Summary] = {}
+        self._cache: dict[str, dict[str, Summary]] = {}
 
     def get(self, kind: str, state: NodeState, keep: Callable[[Pod], bool] | None) -> Summary:
-        key = (kind, state.node.name)
-        held = self._cache.get(key)
+        kinds = self._cache.setdefault(state.node.name, {})
+        held = kinds.get(kind)
         if held is not None and held.version == state.version:
             return held
         pods = list(state.pods.values()) if keep is None else [p for p in state.pods.values() if keep(p)]
         summary = build(self.cluster, state, pods)
-        self._cache[key] = summary
+        kinds[kind] = summary
         return summary
 
     def forget(self, name: str) -> None:
-        for key in [k for k in self._cache if k[1] == name]:
-            del self._cache[key]
+        """A node is gone: its summaries would only hold its pods in memory."""
+        self._cache.pop(name, None)
+
+    def __len__(self) -> int:
+        return len(self._cache)

@@ -7,10 +7,12 @@ selectors, disruptedPods and budgets of 0-2; ElasticQuotas with preemptible and
 non-preemptible pods; pod groups, owner references, DaemonSet pods, nominated,
 terminating and soft-evicted pods. The churn is a sequence of watch events
 applied with `Cluster.apply` (resourceVersions and all), as the worker folds
-them: pods bound, deleted, terminating, nominated, status-only updates; PDB
-status and selector changes, PDBs created and deleted; a toleration policy
-changed; quotas resized; nodes cordoned and resized; time passing through
-toleration windows.
+them: pods bound, deleted, terminating, nominated and renominated, relabelled,
+moved, status-only updates; PDB status (budget, disruptedPods) and selector
+changes, PDBs created and deleted; a toleration policy changed; a PriorityClass
+that pods without spec.priority name (or the global default) created, changed
+and deleted; quotas resized; nodes added, cordoned, resized, deleted and
+created again; time passing through toleration windows.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from tests import flowgen, gen
 
 NAMESPACES = ("default", "team-a", "team-b")
 APPS = ("web", "db", "batch")
-PRIORITIES = (0, 10, 100, 1000)
+PRIORITIES = (-5, 0, 10, 100, 1000)
 STARTS = ("2025-12-31T20:00:00Z", "2025-12-31T22:00:00Z", "2025-12-31T23:30:00Z", "2025-12-31T23:59:00Z")
 TOLERANT = "tolerant"  # class value 10: tolerates preemptors below 1000 for an hour
+LATE = "late"  # a class some pods name without spec.priority; created, changed and deleted by churn
 
 
 def tolerant_class(seconds: int = 3600) -> dict[str, Any]:
@@ -88,8 +91,24 @@ def bound_pod(draw: st.DrawFn, name: str, nodes: list[str]) -> dict[str, Any]:
     )
     if draw(st.integers(0, 6)) == 0:
         obj["metadata"]["ownerReferences"] = [flowgen.daemonset_owner("agent")]
+    if "priorityClassName" not in obj["spec"] and draw(st.integers(0, 3)) == 0:
+        # No spec.priority (a hand-written object): it comes from the class LATE, else the
+        # global default, whichever exists when the pod is looked at.
+        del obj["spec"]["priority"]
+        if draw(st.booleans()):
+            obj["spec"]["priorityClassName"] = LATE
     obj["metadata"]["creationTimestamp"] = obj["status"].get("startTime", STARTS[0])
     return obj
+
+
+def late_class(value: int, *, default: bool) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": LATE, "uid": f"{LATE}-uid"},
+        "value": value,
+        "globalDefault": default,
+    }
 
 
 @st.composite
@@ -97,6 +116,8 @@ def clusters(draw: st.DrawFn) -> dict[str, Any]:
     """{objects, now}: a small mixed cluster (no preemptor: the tests bring their own)."""
     names = [f"n{i}" for i in range(1, draw(st.integers(2, 5)) + 1)]
     objects: list[dict[str, Any]] = [tolerant_class()]
+    if draw(st.booleans()):
+        objects.append(late_class(draw(st.sampled_from((5, 50))), default=draw(st.booleans())))
     for i, name in enumerate(names):
         objects.append(
             gen.node(
@@ -180,6 +201,14 @@ def changes(draw: st.DrawFn, base: dict[str, Any]) -> list[tuple[str, dict[str, 
                     "quota",
                     "cordon",
                     "resize",
+                    "node-new",
+                    "node-replace",
+                    "relabel",
+                    "move",
+                    "pdb-disrupted",
+                    "renominate",
+                    "late-class",
+                    "late-class",
                     "tick",
                 )
             )
@@ -239,6 +268,53 @@ def changes(draw: st.DrawFn, base: dict[str, Any]) -> list[tuple[str, dict[str, 
             else:
                 obj["status"]["allocatable"]["cpu"] = str(draw(st.sampled_from((2, 3, 4))))
             event("MODIFIED", obj)
+        elif what == "node-new":
+            names.append(f"m{i}")  # empty at first; later events may bind pods to it
+            event("ADDED", gen.node(names[-1], draw(st.sampled_from((2, 4))), 16, 110))
+        elif what == "node-replace":
+            # A node deleted and created again under its name (a machine replaced), with
+            # pods bound to it meanwhile: they wait as orphans until the node is back.
+            name = draw(st.sampled_from(names))
+            obj = copy.deepcopy(objects[("Node", name, None)])
+            event("DELETED", obj)
+            if draw(st.booleans()):
+                event("ADDED", draw(bound_pod(f"x{i}", [name])))
+            obj["status"]["allocatable"]["cpu"] = str(draw(st.sampled_from((2, 3, 4))))
+            event("ADDED", obj)
+        elif what in ("relabel", "move") and pods:
+            # Changes a watch delivers as MODIFIED that move a pod between PDBs or nodes.
+            obj = copy.deepcopy(objects[draw(st.sampled_from(pods))])
+            if what == "relabel":
+                obj["metadata"]["labels"]["app"] = draw(st.sampled_from(APPS))
+            else:
+                obj["spec"]["nodeName"] = draw(st.sampled_from(names))
+            event("MODIFIED", obj)
+        elif what == "pdb-disrupted" and pdbs and pods:
+            obj = copy.deepcopy(objects[draw(st.sampled_from(pdbs))])
+            if draw(st.booleans()):
+                obj["status"]["disruptedPods"] = {draw(st.sampled_from(pods))[1]: "2025-12-31T23:59:00Z"}
+            else:
+                obj["status"].pop("disruptedPods", None)
+            event("MODIFIED", obj)
+        elif what == "renominate":
+            pending = sorted(
+                (k for k, o in objects.items() if k[0] == "Pod" and o["status"].get("nominatedNodeName")),
+                key=str,
+            )
+            if pending:
+                obj = copy.deepcopy(objects[draw(st.sampled_from(pending))])
+                target = draw(st.sampled_from([None, *names]))
+                if target is None:
+                    del obj["status"]["nominatedNodeName"]
+                else:
+                    obj["status"]["nominatedNodeName"] = target
+                event("MODIFIED", obj)
+        elif what == "late-class":
+            # PriorityClass values are immutable in a real cluster; classes still come and go.
+            if ("PriorityClass", LATE, None) in objects and draw(st.booleans()):
+                event("DELETED", objects[("PriorityClass", LATE, None)])
+            else:
+                event("ADDED", late_class(draw(st.sampled_from((5, 500, 2000))), default=draw(st.booleans())))
         else:
             out.append(("TICK", None, advance))
     return out

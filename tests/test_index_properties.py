@@ -3,7 +3,8 @@
 A small mixed cluster (tests.churn) evolves through random watch events folded
 with `Cluster.apply` (pods bound, deleted, terminating, nominated, heartbeats;
 PDB status, selector, creation and deletion; a toleration policy changed; quotas
-resized; nodes cordoned and resized; time passing through toleration windows)
+resized; nodes added, cordoned, resized, deleted and created again; time passing
+through toleration windows)
 while one long-lived Index answers for preemptors of every flow after every
 change. Each answer is checked three ways:
 - against engine.reference (the literal transcription, recomputed from scratch);
@@ -11,6 +12,8 @@ change. Each answer is checked three ways:
   explanation included: nothing may depend on what a cache happened to hold);
 - for the default flow, against `index.full_scan`, which evaluates every node in
   full with no bounds at all (the specification the bounds must not change).
+The same objects folded in any order give the decisions of a cluster built at
+once, as a worker restored from a snapshot builds it.
 """
 
 from __future__ import annotations
@@ -152,6 +155,28 @@ def test_folding_in_any_order_builds_the_same_indexes(raw: dict[str, Any]) -> No
         assert folded.nodes[node].used == built.nodes[node].used
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(churn.clusters(), st.randoms(use_true_random=False), st.sampled_from(("kubernetes", "minimal")))
+def test_folding_in_any_order_gives_the_same_decisions(raw: dict[str, Any], rnd: Any, mode: str) -> None:
+    """Watch order is per kind, so objects reach the index in any order (docs/semantics.md §8).
+
+    Folded one by one in a shuffled order, as a worker meets them, the objects must
+    give the decisions of `cluster.build` (a restored worker), byte for byte.
+    """
+    shuffled = list(raw["objects"])
+    rnd.shuffle(shuffled)
+    folded = _cluster({"objects": shuffled})
+    built = cluster_mod.build([objects.normalize(o) for o in raw["objects"]])
+    config = Config(victim_selection=mode)
+    now = timeutil.parse(raw["now"])
+    from_folded, from_built = _preemptors(folded), _preemptors(built)
+    for shape, pods in from_folded.items():
+        a = flows.decide(folded, pods, now=now, config=config)
+        b = flows.decide(built, from_built[shape], now=now, config=config)
+        assert a.answer() == b.answer(), shape
+        assert [v.to_json() for v in a.victims] == [v.to_json() for v in b.victims], shape
+
+
 def test_case_answers_do_not_depend_on_a_shared_index() -> None:
     raw = {
         "name": "t",
@@ -162,3 +187,125 @@ def test_case_answers_do_not_depend_on_a_shared_index() -> None:
     c = case_mod.load(raw, where="t")
     shared = Index(c.cluster)
     assert case_mod.answer(c, index=shared).answer() == case_mod.answer(c).answer()
+
+
+def test_a_node_created_again_is_not_mistaken_for_the_one_it_replaced() -> None:
+    """A node deleted and created again, a pod bound to it meanwhile: its cached summary is stale.
+
+    Node versions restarted at zero with each NodeState, so the re-created node
+    repeated the version of the empty one it replaced, and the long-lived index
+    answered `fits` on a full node from that node's old summary.
+    """
+    cluster = Cluster()
+    version = 0
+
+    def apply(kind: str, obj: dict[str, Any]) -> None:
+        nonlocal version
+        version += 1
+        cluster.apply(kind, {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}})
+
+    replaced = gen.node("n2", 2, 8, 110)
+    apply("ADDED", gen.node("n1", 2, 8, 110))
+    apply("ADDED", gen.pod("a", node="n1", priority=0, cpu_m=2000))
+    apply("ADDED", replaced)
+    apply("ADDED", gen.pod("x", node=None, priority=100, cpu_m=1000))
+    index = Index(cluster)
+    x = [cluster.pods["x-uid"]]
+    assert _decide(cluster, x, 0, Config(), index).outcome == "fits"
+    apply("DELETED", replaced)
+    apply("ADDED", gen.pod("b", node="n2", priority=0, cpu_m=2000))
+    apply("ADDED", replaced)
+    d = _decide(cluster, x, 0, Config(), index)
+    assert _answer(d) == _answer(_decide(cluster, x, 0, Config(), None))
+    assert (d.outcome, d.node) == ("preempt", "n1")
+
+
+def test_pods_folded_before_their_priority_class_take_its_value() -> None:
+    """Watch order is per kind: a pod without spec.priority may arrive before its class.
+
+    The index stamped such a pod once, with whatever classes it held then, so a
+    worker folding the log and one restored from a snapshot (`cluster.build`,
+    classes first) disagreed on its priority and chose different nodes.
+    """
+    classes = [
+        {"kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000},
+        {"kind": "PriorityClass", "metadata": {"name": "base"}, "value": 50, "globalDefault": True},
+    ]
+    pods = [
+        gen.pod("classed", node="n1", priority=0, cpu_m=2000),
+        gen.pod("defaulted", node="n2", priority=0, cpu_m=2000),
+        gen.pod("low", node="n3", priority=0, cpu_m=2000),
+        gen.pod("x", node=None, priority=100, cpu_m=2000),
+    ]
+    del pods[0]["spec"]["priority"], pods[1]["spec"]["priority"]
+    pods[0]["spec"]["priorityClassName"] = "high"
+    raw = [gen.node(n, 2, 8, 110) for n in ("n1", "n2", "n3")] + pods + classes
+    folded = Cluster()
+    for n, obj in enumerate(raw):
+        folded.apply("ADDED", {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(n + 1)}})
+    built = cluster_mod.build([objects.normalize(o) for o in raw])
+    for c in (folded, built):
+        assert [c.pods[f"{p}-uid"].priority for p in ("classed", "defaulted", "low")] == [1000, 50, 0]
+    x = [folded.pods["x-uid"]]
+    index = Index(folded)
+    d = _decide(folded, x, 0, Config(), index)
+    assert _answer(d) == _answer(_decide(built, [built.pods["x-uid"]], 0, Config(), None))
+    assert (d.outcome, d.node) == ("preempt", "n3")
+    # Deleting the default class gives its pods priority 0 again, and they are victims once more.
+    folded.apply("DELETED", {**classes[1], "metadata": {"name": "base", "resourceVersion": "99"}})
+    assert folded.pods["defaulted-uid"].priority == 0
+    assert _decide(folded, x, 0, Config(), index).node == "n2"
+
+
+def test_deleted_nodes_leave_nothing_in_the_index() -> None:
+    """Machines come and go under new names: a long-lived index must not keep every node it ever saw."""
+    cluster = Cluster()
+    version = 0
+
+    def apply(kind: str, obj: dict[str, Any]) -> None:
+        nonlocal version
+        version += 1
+        cluster.apply(kind, {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}})
+
+    apply("ADDED", gen.pod("x", node=None, priority=100, cpu_m=1000))
+    index = Index(cluster)
+    for i in range(20):
+        node = gen.node(f"n{i}", 2, 8, 110)
+        apply("ADDED", node)
+        apply("ADDED", gen.pod(f"a{i}", node=f"n{i}", priority=0, cpu_m=2000))
+        assert _decide(cluster, [cluster.pods["x-uid"]], 0, Config(), index).outcome == "preempt"
+        apply("DELETED", node)
+    _decide(cluster, [cluster.pods["x-uid"]], 0, Config(), index)
+    assert len(index.summaries) == 0
+    assert all(not r._filtered for r in index._rankings.values())
+
+
+def test_touch_logs_stay_bounded_whoever_reads_them(monkeypatch: Any) -> None:
+    """Without preemptors nothing trimmed the logs, and one ranking used once pinned them for good."""
+    monkeypatch.setattr(cluster_mod, "MAX_TOUCH_LOG", 40)
+    cluster = Cluster()
+    version = 0
+
+    def apply(kind: str, obj: dict[str, Any]) -> None:
+        nonlocal version
+        version += 1
+        cluster.apply(kind, {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}})
+
+    for n in ("n1", "n2"):
+        apply("ADDED", gen.node(n, 2, 8, 110))
+    apply("ADDED", gen.pod("once", node=None, priority=100, cpu_m=2000))
+    apply("ADDED", gen.pod("often", node=None, priority=1000, cpu_m=1000))
+    index = Index(cluster)
+    once, often = [cluster.pods["once-uid"]], [cluster.pods["often-uid"]]
+    _decide(cluster, once, 0, Config(), index)
+    for i in range(200):
+        apply("ADDED", gen.pod(f"p{i}", node=f"n{1 + i % 2}", priority=0, cpu_m=200 + 200 * (i % 5)))
+        apply("DELETED", gen.pod(f"p{i}", node=f"n{1 + i % 2}", priority=0, cpu_m=200 + 200 * (i % 5)))
+        if i % 3 == 0:
+            apply("ADDED", gen.pod(f"q{i}", node=f"n{1 + i % 2}", priority=0, cpu_m=100))
+            _decide(cluster, often, 0, Config(), index)
+        assert len(cluster.touched) <= 40
+    # The ranking left behind starts over and still answers as a fresh index does.
+    assert _answer(_decide(cluster, once, 0, Config(), index)) == _answer(
+        _decide(cluster, once, 0, Config(), None)
+    )

@@ -94,6 +94,25 @@ def test_quota_label_wins_and_a_missing_quota_falls_back_to_the_namespace() -> N
     assert quota_name(namespace="none", quota_name="nope") is None
 
 
+def test_a_quota_label_naming_no_quota_leaves_a_pod_in_the_default_flow() -> None:
+    """Only a pod charged to an ElasticQuota takes the job flow (docs/semantics.md §2, docs/flows.md).
+
+    A quota label naming a quota that does not exist falls back to the namespace's
+    quota; with none there, the pod is charged to nothing. The label alone sent it
+    to the job flow, whose victims are soft-evicted by default: with no Koordinator
+    deleter behind a deleted quota, they would never leave.
+    """
+    c = build([node("n1", 2, 8, 110), jpod("low", namespace="other", node="n1", cpu_m=2000)])
+    stale = objects.pod(jpod("x", namespace="other", quota_name="deleted", priority=100, cpu_m=1000))
+    empty_group = objects.pod(
+        jpod("y", namespace="other", priority=100, cpu_m=1000, labels={job.POD_GROUP: ""})
+    )
+    assert not job.is_job_pod(c, stale) and not job.is_job_pod(c, empty_group)
+    assert flows.select_flow(c, [stale]) == flows.select_flow(c, [empty_group]) == "default"
+    d = flows.decide(c, [stale], now=0, config=config_mod.Config())
+    assert d.flow == "default" and [v.action for v in d.victims] == [config_mod.Config().victim_action]
+
+
 def test_single_pod_brings_its_pending_group_in_name_order() -> None:
     objs = [
         node("n1", 8, 8, 110),

@@ -110,3 +110,17 @@ def test_invalid_objects_raise(raw: object) -> None:
 def test_node_without_pods_capacity_gets_kubelet_default() -> None:
     n = objects.node({"kind": "Node", "metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "4"}}})
     assert n.allocatable == {"cpu": 4000, "pods": objects.DEFAULT_MAX_PODS}
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        _pod({"containers": [{"resources": {"requests": {"cpu": "-500m"}}}]}),
+        _pod({"containers": [{"name": "c"}], "overhead": {"memory": "-1Gi"}}),
+        {"kind": "Node", "metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "-1"}}},
+    ],
+)
+def test_negative_amounts_are_invalid_objects(obj: dict) -> None:
+    """A negative request made a node's summary promise room that evicting could not free."""
+    with pytest.raises(InvalidObject, match="negative"):
+        objects.normalize(obj)

@@ -1,0 +1,171 @@
+"""`summary.bound` and `summary.refine` never overstate a node, on adversarial nodes.
+
+A ranking trusts the bound in two ways: FITS and REJECTED verdicts are taken as
+they are, and a candidate's bound is assumed to be a lexicographic lower bound
+on the key a full evaluation computes (`Ranking.exact` raises when it is not, a
+crash in production). The churn property tests reach the bound only through
+whole decisions on gentle clusters; this one aims at it directly, one node at a
+time, with what makes the bound's reasoning delicate: negative and extreme
+priorities, pods without a start time, extended resources and zero requests,
+the `pods` slot, nominated load, tolerating pods whose scheduling time differs
+from their start time (open, closing and endless windows), terminating pods,
+and nodes lacking a resource.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from engine import default, flows, minimal, summary, timeutil
+from engine.cluster import Cluster
+from engine.config import Config
+from engine.default import Preemptor
+from engine.index import Index
+from tests import gen
+
+SETTINGS = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PRIORITIES = (-(2**31), -5, 0, 10, 10, 100, 1000)
+TIMES = ("2025-12-31T20:00:00Z", "2025-12-31T23:30:00Z", "2025-12-31T23:59:00Z", None)
+PREFIX = "preemption-toleration.scheduling.x-k8s.io/"
+
+
+def _class(name: str, value: int, seconds: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {
+            "name": name,
+            "annotations": {
+                PREFIX + "minimum-preemptable-priority": "1000",
+                PREFIX + "toleration-seconds": str(seconds),
+            },
+        },
+        "value": 10,
+    }
+
+
+@st.composite
+def _pod(draw: st.DrawFn, name: str, node: str | None) -> dict[str, Any]:
+    klass = draw(st.sampled_from((None, None, "hour", "forever")))
+    prio = 10 if klass else draw(st.sampled_from(PRIORITIES))
+    obj = gen.pod(
+        name,
+        node=node,
+        priority=prio,
+        cpu_m=draw(st.sampled_from((0, 250, 500, 1000, 1500))),
+        mem_gi=draw(st.sampled_from((0, 1, 2))),
+        start=None,
+        deleting=draw(st.integers(0, 6)) == 0,
+        priority_class=klass,
+        guaranteed=draw(st.booleans()),
+    )
+    if draw(st.integers(0, 3)) == 0:
+        obj["spec"]["containers"][0]["resources"]["requests"]["example.com/gpu"] = str(
+            draw(st.integers(0, 2))
+        )
+    if node is not None:
+        start = draw(st.sampled_from(TIMES))
+        scheduled = draw(st.sampled_from(TIMES))
+        if start is not None:
+            obj["status"]["startTime"] = start
+        if scheduled is not None:
+            obj["status"]["conditions"].append(
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}
+            )
+    return obj
+
+
+@st.composite
+def nodes(draw: st.DrawFn) -> dict[str, Any]:
+    node = gen.node("n1", draw(st.sampled_from((2, 3))), draw(st.sampled_from((2, 4))), 110)
+    alloc = node["status"]["allocatable"]
+    if draw(st.booleans()):
+        alloc["example.com/gpu"] = str(draw(st.integers(1, 3)))
+    if draw(st.integers(0, 3)) == 0:
+        alloc["pods"] = str(draw(st.integers(1, 6)))
+    objects = [_class("hour", 10, 3600), _class("forever", 10, -1), node]
+    objects += [draw(_pod(f"p{i}", "n1")) for i in range(draw(st.integers(1, 9)))]
+    for i in range(draw(st.integers(0, 2))):
+        nom = gen.pod(
+            f"nom{i}",
+            node=None,
+            priority=draw(st.sampled_from(PRIORITIES)),
+            cpu_m=draw(st.sampled_from((250, 500))),
+            nominated="n1",
+        )
+        objects.append(nom)
+    requests: dict[str, str] = {}
+    if cpu := draw(st.sampled_from((0, 500, 1000, 1000, 2000))):
+        requests["cpu"] = f"{cpu}m"
+    if mem := draw(st.sampled_from((0, 1, 2))):
+        requests["memory"] = f"{mem}Gi"
+    if gpu := draw(st.sampled_from((0, 0, 1, 2))):
+        requests["example.com/gpu"] = str(gpu)
+    preemptor = gen.pod(
+        "pre", node=None, priority=draw(st.sampled_from((0, 11, 100, 100, 100, 1000, 5000))), cpu_m=0
+    )
+    preemptor["spec"]["containers"][0]["resources"]["requests"] = requests
+    minutes = draw(st.sampled_from((0, 0, 10, 31, 60, 61, 30 * 24 * 60)))
+    return {"objects": [*objects, preemptor], "now": timeutil.parse(gen.NOW) + minutes * 60 * timeutil.SECOND}
+
+
+@SETTINGS
+@given(nodes(), st.sampled_from(("kubernetes", "minimal")), st.booleans())
+def test_bound_and_refine_never_exceed_a_full_evaluation(raw: dict[str, Any], mode: str, job: bool) -> None:
+    cluster = Cluster()
+    for obj in raw["objects"]:
+        cluster.apply("ADDED", obj)
+    now = raw["now"]
+    pod = cluster.pods["pre-uid"]
+    pre = Preemptor(pod, cluster.priority(pod), pod.requests)
+    state = cluster.nodes["n1"]
+    # The job flow's rankings summarise only some pods (its victims' kind).
+    pods = [p for p in state.pods.values() if not job or p.qos != 0]
+    s = summary.build(cluster, state, pods)
+    free = default.free_for(cluster, state, pre)
+    evaluate = minimal.evaluate_node if mode == "minimal" else default.evaluate_node
+    # Evaluated as a ranking evaluates it: the summary's pods are the only potential victims.
+    ev = evaluate(cluster, state, pre, now, s.pods)
+    b = summary.bound(s, free, pre.requests, pre.priority, now, minimal=mode == "minimal")
+    if ev.status == default.REJECTED and "eligible" not in ev.reason:
+        return  # a node filter (missing resource): the ranking rejects it before any bound
+    event(f"tier {b.tier}, held {bool(summary.withheld(s, pre.priority, now)[0])}")
+    assert b.tier == ev.status, (b, ev.status, ev.reason)
+    if b.tier == default.REJECTED:
+        assert b.reason == ev.reason
+    if b.tier != default.CANDIDATE:
+        return
+    assert b.value <= ev.key, (b.value, ev.key)
+    refined = summary.refine(s, free, pre.requests, pre.priority, now, b.value, minimal=mode == "minimal")
+    assert refined <= ev.key, (refined, ev.key)
+
+
+def test_a_tolerating_pod_that_could_go_alone_does_not_tighten_a_pair() -> None:
+    """The pod that alone covers the shortfall tolerates the preemptor; two later-started pods go instead.
+
+    The coarse bound's start term came from that lone pod; the refined bound kept it
+    with a count of two, above the node's true key, and `Ranking.exact` raised.
+    """
+    objects = [
+        gen.tolerant_class(),
+        gen.node("n1", 2, 8, 110),
+        gen.pod(
+            "t", node="n1", priority=10, cpu_m=1000, start="2025-12-31T23:30:00Z", priority_class="tolerant"
+        ),
+        gen.pod("b", node="n1", priority=10, cpu_m=500, start="2025-12-31T23:59:00Z"),
+        gen.pod("c", node="n1", priority=10, cpu_m=500, start="2025-12-31T23:59:00Z"),
+        gen.pod("x", node=None, priority=100, cpu_m=1000),
+    ]
+    cluster = Cluster()
+    for obj in objects:
+        cluster.apply("ADDED", obj)
+    now = timeutil.parse(gen.NOW)
+    d = flows.decide(cluster, [cluster.pods["x-uid"]], now=now, config=Config(), index=Index(cluster))
+    assert (d.outcome, d.node, sorted(v.key for v in d.victims)) == (
+        "preempt",
+        "n1",
+        ["default/b", "default/c"],
+    )
