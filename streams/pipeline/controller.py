@@ -289,7 +289,10 @@ class Controller:
         ctl.decisions = int(state.get("decisions", 0))
         ctl.last_seq = int(state.get("lastDecisionSeq", -1))
         ctl.last_id = str(state.get("lastDecisionId", ""))
-        ctl.nominations = {u: Nomination(**n) for u, n in state["nominations"].items()}
+        # From a store the nominations are JSON objects; from `state()` in-process, records.
+        ctl.nominations = {
+            u: n if isinstance(n, Nomination) else Nomination(**n) for u, n in state["nominations"].items()
+        }
         ctl.leaving = {u: int(t) for u, t in state["leaving"].items()}
         ctl.last = dict(state["last"])
         ctl.waiting = set(state["waiting"])
