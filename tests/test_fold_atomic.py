@@ -233,7 +233,7 @@ def _containers_string_log() -> tuple[list[dict[str, Any]], int]:
     bad["object"]["spec"]["containers"] = "abc"
     bad["object"]["metadata"]["resourceVersion"] = "999999"
     at = len(log) // 2
-    return log[:at] + [bad] + log[at:], at
+    return [*log[:at], bad, *log[at:]], at
 
 
 def test_replay_skips_the_event_the_worker_dead_letters() -> None:

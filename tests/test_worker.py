@@ -81,7 +81,9 @@ def test_garbage_inside_valid_batches_never_stalls_the_partition(
 
 @pytest.mark.parametrize("transactional", [True, False], ids=["transactions", "at-least-once"])
 @pytest.mark.parametrize("fault", ["fail-send", "abort-commit"])
-def test_a_failed_send_leaves_nothing_lost_or_doubled(tmp_path: Path, transactional: bool, fault: str) -> None:
+def test_a_failed_send_leaves_nothing_lost_or_doubled(
+    tmp_path: Path, transactional: bool, fault: str
+) -> None:
     """Issue 12, Why 2: a send failing at the Nth record, for every N up to past the last decision."""
     log = _log(12)
     want = _reference(log)
@@ -251,7 +253,9 @@ def test_the_tables_are_readable_over_http(tmp_path: Path) -> None:
         parts = Partitions(p.setup)
         await parts.assign([0])
         await asyncio.gather(*parts.opening.values())
-        server = await HealthServer(Health("worker"), host="127.0.0.1", port=0, routes=tables.routes(parts)).start()
+        server = await HealthServer(
+            Health("worker"), host="127.0.0.1", port=0, routes=tables.routes(parts)
+        ).start()
         base = f"http://127.0.0.1:{server.port}"
         try:
             async with aiohttp.ClientSession() as http:

@@ -162,29 +162,34 @@ class PartitionReader:
         self, topic: str, partition: int, start: int, end: int | None = None
     ) -> AsyncIterator[Message]:
         """Records with start <= offset < end (None: up to the end as it is read), in order."""
+        if end is not None and start >= end:
+            return
         tp = TopicPartition(topic, partition)
         consumer = self._consumer
         consumer.assign([tp])
         consumer.seek(tp, start)
         reported: int | None = None
         while True:
-            if end is not None and await consumer.position(tp) >= end:
-                return
             batch = await consumer.getmany(tp, timeout_ms=IDLE_POLL_MS)
             msgs = batch.get(tp, [])
             if not msgs:
+                # Asked only after a poll: right after a seek, position() can leave the
+                # consumer unable to stop on the embedded broker.
+                position = await consumer.position(tp)
                 if end is None:
                     if reported is None:
                         reported = (await consumer.end_offsets([tp]))[tp]
-                    if await consumer.position(tp) >= reported:
+                    if position >= reported:
                         return  # at the reported end and nothing more came: the end
-                elif await consumer.position(tp) >= end:
-                    return
+                elif position >= end:
+                    return  # only compacted-away records or transaction markers were left
                 continue
             for m in msgs:
                 if end is not None and m.offset >= end:
                     return
                 yield Message(m.partition, m.offset, m.key, m.value or b"", tuple(m.headers or ()))
+                if end is not None and m.offset + 1 >= end:
+                    return
 
     async def at(self, topic: str, partition: int, offset: int) -> Message | None:
         """The record at `offset`, or None when the partition holds none there."""

@@ -55,7 +55,7 @@ from streams.kafka import topics
 from streams.pipeline import outbox as outbox_mod
 from streams.pipeline import snapshot
 from streams.pipeline.controller import BadEvent, Controller, Decide
-from streams.pipeline.faults import NONE, Faults
+from streams.pipeline.faults import Faults
 from streams.pipeline.outbox import Fenced, Origin, Outbox, Outgoing, SendFailed
 from streams.pipeline.snapshot import Manifest, Reader
 from streams.pipeline.store import Store
@@ -198,6 +198,7 @@ class PartitionWorker:
     _last: tuple[bytes | None, bytes] | None = None  # the record at `position`
     _sent: list[Outgoing] = field(default_factory=list)  # since the last commit
     _last_commit: float = 0.0
+    _closed: bool = False
 
     # ---- opening ---------------------------------------------------------------------------
 
@@ -517,7 +518,10 @@ class PartitionWorker:
     # ---- closing ---------------------------------------------------------------------------
 
     async def close(self, *, commit: bool = True) -> None:
-        """Commit (unless broken or told not to) and release the store and the outbox."""
+        """Commit (unless broken or told not to) and release the store and the outbox; once."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             if commit and self.broken is None:
                 await self.commit()
