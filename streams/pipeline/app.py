@@ -45,7 +45,7 @@ from streams.pipeline.faults import NONE, Faults
 from streams.pipeline.fold import tune_gc
 from streams.pipeline.outbox import KafkaOutbox, Outbox
 from streams.pipeline.partitions import Partitions
-from streams.pipeline.worker import Setup
+from streams.pipeline.worker import CHECKPOINT_INTERVAL_S, Setup, SnapshotPolicy
 
 log = logging.getLogger("preemptctl.worker")
 
@@ -81,6 +81,7 @@ def build_app(
     health_port: int | None = None,
     session_timeout: float = SESSION_TIMEOUT_S,
     faults: Faults = NONE,
+    snapshots: SnapshotPolicy | None = None,
 ) -> faust.App:
     transport.register()
     app = faust.App(
@@ -122,6 +123,7 @@ def build_app(
         reader=lambda: PartitionReader(bootstrap, read_committed=exactly_once),
         outbox=new_outbox,
         faults=faults,
+        snapshots=snapshots or SnapshotPolicy(),
     )
     health = health_mod.Health("worker")
 
@@ -141,6 +143,11 @@ def build_app(
             ).start()
 
         app.task(serve_health)
+
+    async def commit_due() -> None:
+        await partitions.tick()
+
+    app.timer(interval=CHECKPOINT_INTERVAL_S)(commit_due)
 
     @app.agent(events_topic)
     async def fold(stream: Any) -> None:
@@ -194,6 +201,9 @@ def cmd(args: argparse.Namespace) -> int:
         health_port=args.health_port,
         session_timeout=args.session_timeout,
         faults=faults,
+        snapshots=SnapshotPolicy(min_events=args.snapshot_every, events_per_object=0)
+        if args.snapshot_every
+        else None,
     )
     worker = faust.Worker(app, loglevel=args.log_level, quiet=True)
     worker.execute_from_commandline()
@@ -231,5 +241,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--log-level", default="warning")
     # Fault injection for tests/chaos (streams.pipeline.faults): KIND=N, repeatable.
     p.add_argument("--inject-fault", action="append", metavar="KIND=N", help=argparse.SUPPRESS)
+    # Snapshot every N events instead of the size-scaled policy (tests, benchmarks).
+    p.add_argument("--snapshot-every", type=int, metavar="EVENTS", help=argparse.SUPPRESS)
     health_mod.add_arguments(p)
     p.set_defaults(func=cmd)

@@ -14,6 +14,9 @@
   this one (it owns the partition now), `on_fatal` ends the process for its
   supervisor to restart. Exiting is always safe: the store never reflects a
   record whose output is not in the log.
+- `tick`, on a timer, commits each partition when a commit is due, so a
+  partition whose records stopped still publishes (under exactly_once its
+  decisions become visible only at a commit).
 - `revoke` commits and keeps the workers aside: when the next assignment gives
   a partition back (faust revokes everything on each rebalance), it continues
   in memory; the others are closed.
@@ -95,7 +98,9 @@ class Partitions:
             try:
                 await worker.commit()
             except PartitionBroken:
-                await self._close(worker)
+                await self._discard(worker)
+                if worker.fenced:
+                    self._fatal(Fatal(str(worker.broken)))
                 continue
             self.suspended[p] = worker
         self._update_ready()
@@ -122,6 +127,17 @@ class Partitions:
             await worker.process(offset, key, value)
         except PartitionBroken:
             await self._reopen(partition)  # catches up past this record, publishing what is missing
+
+    async def tick(self) -> None:
+        """Commit what is due (streams.pipeline.worker.CHECKPOINT_INTERVAL_S): called on a timer."""
+        for partition, worker in sorted(self.workers.items()):
+            if not worker.commit_due():
+                continue
+            try:
+                await worker.commit()
+            except PartitionBroken:
+                if self.workers.get(partition) is worker:
+                    await self._reopen(partition)
 
     async def close(self) -> None:
         for p in list(self.opening):

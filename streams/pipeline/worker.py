@@ -34,6 +34,7 @@ keep the published log and the state in step:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hashlib
@@ -199,6 +200,9 @@ class PartitionWorker:
     _sent: list[Outgoing] = field(default_factory=list)  # since the last commit
     _last_commit: float = 0.0
     _closed: bool = False
+    # process() and commit() each run whole: a commit must not interleave with a record
+    # being folded and queued (the owner's timer commits while the transport may feed).
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     # ---- opening ---------------------------------------------------------------------------
 
@@ -337,22 +341,25 @@ class PartitionWorker:
 
     async def process(self, offset: int, key: bytes | None, value: bytes) -> None:
         """Fold one record and queue what it leads to; commit when one is due."""
-        if self.broken is not None:
-            raise PartitionBroken(self.broken)
-        if offset <= self.position:
-            return  # already folded (re-delivery after a restart or a reopen)
-        started = time.perf_counter()
-        for record in self._fold(offset, key, value):
-            await self._send(record)
-        self.position = offset
-        self._last = (key, value)
-        RECORDS.inc()
-        if (
-            time.monotonic() - self._last_commit >= CHECKPOINT_INTERVAL_S
-            or offset - self.committed >= CHECKPOINT_MAX_RECORDS
-        ):
-            await self.commit()
-        RECORD_SECONDS.observe(time.perf_counter() - started)
+        async with self._lock:
+            if self.broken is not None:
+                raise PartitionBroken(self.broken)
+            if offset <= self.position:
+                return  # already folded (re-delivery after a restart or a reopen)
+            started = time.perf_counter()
+            for record in self._fold(offset, key, value):
+                await self._send(record)
+            self.position = offset
+            self._last = (key, value)
+            RECORDS.inc()
+            if offset - self.committed >= CHECKPOINT_MAX_RECORDS or self.commit_due():
+                await self._commit()
+            RECORD_SECONDS.observe(time.perf_counter() - started)
+
+    def commit_due(self) -> bool:
+        """Is there something to commit, and was the last commit CHECKPOINT_INTERVAL_S ago?"""
+        pending = self.position != self.committed or self.stored != self.committed
+        return pending and time.monotonic() - self._last_commit >= CHECKPOINT_INTERVAL_S
 
     def _fold(self, offset: int, key: bytes | None, value: bytes) -> list[Outgoing]:
         origin = Origin(records.CLUSTER_EVENTS, self.partition, offset)
@@ -419,7 +426,16 @@ class PartitionWorker:
     # ---- committing ------------------------------------------------------------------------
 
     async def commit(self) -> None:
-        """Publish everything queued, then write the store; a snapshot after, when one is due."""
+        """Publish everything queued, then write the store; a snapshot after, when one is due.
+
+        Called after records (when due), by the owner's timer (a partition that went
+        quiet must still publish: under exactly_once nothing is visible before its
+        commit), and on revocation and close.
+        """
+        async with self._lock:
+            await self._commit()
+
+    async def _commit(self) -> None:
         if self.broken is not None:
             raise PartitionBroken(self.broken)
         self._last_commit = time.monotonic()
