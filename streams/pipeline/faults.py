@@ -7,10 +7,13 @@ time, makes each fault land at the same point of the log on every run.
 
 - `fail-send=N`: the Nth record handed to the producer raises, as a send that
   times out or is refused;
-- `abort-commit=N`: the Nth commit with records in it has them written, then
+- `abort-commit=N`: the Nth commit with decisions in it has them written, then
   fails (a transaction is aborted; without transactions the acknowledgement is
   lost), so the decisions are in the log but the worker must not count on them;
-- `fail-store=N`: the Nth write of the local store raises (a full disk).
+- `fail-store=N`: the Nth write of the local store raises (a full disk);
+- `stop-before-commit=N`: at the Nth commit with decisions in it the process
+  stops itself (SIGSTOP) with its records sent and its transaction open, as a
+  worker paused by the machine (a zombie, once its partition has moved on).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-KINDS = ("fail-send", "abort-commit", "fail-store")
+KINDS = ("fail-send", "abort-commit", "fail-store", "stop-before-commit")
 
 
 class InjectedFault(RuntimeError):

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import signal
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -212,6 +214,7 @@ class KafkaOutbox:
         self._faults = faults
         self._pending: list[Awaitable[Any]] = []
         self._open = False  # a transaction is open
+        self._decisions = 0  # decisions sent since the last commit (what the commit faults count)
 
     async def send(self, record: Outgoing) -> None:
         try:
@@ -229,6 +232,7 @@ class KafkaOutbox:
         except (KafkaError, InjectedFault) as exc:
             raise _failure(exc) from exc
         self._pending.append(fut)
+        self._decisions += record.topic == records.DECISIONS
 
     async def flush(self) -> list[int]:
         pending, self._pending = self._pending, []
@@ -242,9 +246,12 @@ class KafkaOutbox:
 
     async def commit(self) -> None:
         await self.flush()
-        if self._faults.hit("abort-commit"):
+        decided, self._decisions = self._decisions, 0
+        if decided and self._faults.hit("abort-commit"):
             await self.abort()
             raise SendFailed(f"injected abort-commit (call {self._faults.calls['abort-commit']})")
+        if decided and self._faults.hit("stop-before-commit"):
+            os.kill(os.getpid(), signal.SIGSTOP)  # until SIGCONT: a paused worker, mid-transaction
         if self._transactional and self._open:
             try:
                 await self._producer.commit_transaction()
@@ -254,6 +261,7 @@ class KafkaOutbox:
 
     async def abort(self) -> None:
         self._pending = []
+        self._decisions = 0
         if self._transactional and self._open:
             self._open = False
             try:
@@ -275,6 +283,7 @@ class MemoryOutbox:
         self._faults = faults
         self._queued: list[Outgoing] = []  # transactional: appended at commit
         self._offsets: list[int] = []
+        self._decisions = 0
 
     def _append(self, record: Outgoing) -> int:
         return self.broker.append(record.topic, record.partition, record.key, record.value, record.headers)
@@ -284,6 +293,7 @@ class MemoryOutbox:
             self._faults.check("fail-send")
         except InjectedFault as exc:
             raise SendFailed(str(exc)) from exc
+        self._decisions += record.topic == records.DECISIONS
         if self._transactional:
             self._queued.append(record)
             # Offsets as the broker will give them at commit (nothing else writes there meanwhile).
@@ -301,7 +311,8 @@ class MemoryOutbox:
 
     async def commit(self) -> None:
         await self.flush()
-        if self._faults.hit("abort-commit"):
+        decided, self._decisions = self._decisions, 0
+        if decided and self._faults.hit("abort-commit"):
             await self.abort()
             raise SendFailed(f"injected abort-commit (call {self._faults.calls['abort-commit']})")
         queued, self._queued = self._queued, []
@@ -311,6 +322,7 @@ class MemoryOutbox:
     async def abort(self) -> None:
         self._queued = []
         self._offsets = []
+        self._decisions = 0
 
     async def close(self) -> None:
         await self.abort()
