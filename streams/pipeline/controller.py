@@ -354,7 +354,7 @@ class Controller:
 
     def _pop(self, d: dict[str, Any], k: str) -> None:
         if k in d:
-            self._undo.deletion(d)
+            self._undo.key(d, k)
             del d[k]
 
     def _add(self, s: set[str], x: str) -> None:
@@ -382,10 +382,11 @@ class Controller:
             "decisions": self.decisions,
             "lastDecisionSeq": self.last_seq,
             "lastDecisionId": self.last_id,
-            # Insertion order is itself a function of the log, so no sorting is needed here.
-            "nominations": self.nominations,  # orjson writes the dataclasses as objects
-            "leaving": self.leaving,
-            "last": self.last,
+            # Sorted: a rolled-back event restores these maps' contents, not their order
+            # (streams.pipeline.undo), and nothing reads their order.
+            "nominations": dict(sorted(self.nominations.items())),  # orjson writes the dataclasses
+            "leaving": dict(sorted(self.leaving.items())),
+            "last": dict(sorted(self.last.items())),
             "waiting": sorted(self.waiting),
             "resync": None if self.resync is None else sorted(self.resync),
             "tombstones": self.cluster.tombstones,

@@ -9,14 +9,15 @@ of stalling the partition. Nothing here knows the engine's internals beyond its
 public tables: objects are put back through `Cluster.upsert` and `Cluster.remove`,
 which keep the derived indexes (node usage, nominations, PDBs) in step.
 
-Costs are paid by changes, not by state size: a note is one tuple, except the
-first *deletion* from an ordered map in an event, which copies that map so its
-insertion order (part of the persisted state, DESIGN §3.1) comes back exactly.
+What comes back is every key and value; the insertion order of a map comes back
+only where it matters: the tombstones (the oldest is evicted first). The
+controller's own maps are persisted sorted, and the engine orders what it
+iterates by stable keys (DESIGN §3.1), so their order carries no meaning.
+A note is one tuple; nothing is copied on the common path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from engine import cluster as cluster_mod
@@ -24,6 +25,8 @@ from engine.cluster import Cluster
 from engine.objects import ElasticQuota, Node, Pdb, Pod, PriorityClass, Record
 
 _MISSING: Any = object()
+# What a note restores (the first item of its tuple).
+_KEY, _MEMBER, _TABLE, _TOMBSTONES = range(4)
 
 
 def table_record(cluster: Cluster, kind: str, key: str) -> Record | None:
@@ -33,13 +36,13 @@ def table_record(cluster: Cluster, kind: str, key: str) -> Record | None:
     if kind == "Node":
         state = cluster.nodes.get(key)
         return state.node if state is not None else None
-    tables: dict[str, dict[str, Any]] = {
-        "PriorityClass": cluster.priority_classes,
-        "PodDisruptionBudget": cluster.pdbs,
-        "ElasticQuota": cluster.quotas,
-    }
-    held = tables.get(kind, {}).get(key)
-    return held if isinstance(held, (PriorityClass, Pdb, ElasticQuota)) else None
+    if kind == "PriorityClass":
+        return cluster.priority_classes.get(key)
+    if kind == "PodDisruptionBudget":
+        return cluster.pdbs.get(key)
+    if kind == "ElasticQuota":
+        return cluster.quotas.get(key)
+    return None
 
 
 def record_key(record: Record) -> tuple[str, str]:
@@ -52,110 +55,75 @@ def record_key(record: Record) -> tuple[str, str]:
         return "PriorityClass", record.name
     if isinstance(record, Pdb):
         return "PodDisruptionBudget", record.uid
+    assert isinstance(record, ElasticQuota)
     return "ElasticQuota", record.uid
 
 
 class Undo:
     """Changes made while folding one event, newest last."""
 
-    __slots__ = ("_copied", "_steps", "cluster")
+    __slots__ = ("_notes", "cluster")
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self._steps: list[Callable[[], None]] = []
-        self._copied: set[int] = set()
-
-    # ---- the controller's own maps and sets ----------------------------------------------
+        self._notes: list[tuple[Any, ...]] = []
 
     def key(self, d: dict[Any, Any], k: Any) -> None:
-        """Before `d[k] = ...`: a new key is popped again, an existing one gets its value back."""
-        old = d.get(k, _MISSING)
-        if old is _MISSING:
-
-            def forget() -> None:
-                d.pop(k, None)
-
-            self._steps.append(forget)
-        else:
-            self._steps.append(lambda: d.__setitem__(k, old))
-
-    def deletion(self, d: dict[Any, Any]) -> None:
-        """Before deleting from `d`: its first deletion in this event copies it (order included)."""
-        if id(d) in self._copied:
-            return
-        self._copied.add(id(d))
-        copy = dict(d)
-
-        def restore() -> None:
-            d.clear()
-            d.update(copy)
-
-        self._steps.append(restore)
+        """Before `d[k] = ...` or `del d[k]`: the value it has now, or that it has none."""
+        self._notes.append((_KEY, d, k, d.get(k, _MISSING)))
 
     def member(self, s: set[Any], x: Any) -> None:
         """Before adding `x` to or discarding it from `s`."""
-        if x in s:
-            self._steps.append(lambda: s.add(x))
-        else:
-            self._steps.append(lambda: s.discard(x))
-
-    def attribute(self, obj: object, name: str) -> None:
-        """Before rebinding `obj.name` (a scalar, or a whole set replaced)."""
-        old = getattr(obj, name)
-        self._steps.append(lambda: setattr(obj, name, old))
-
-    # ---- the cluster index -----------------------------------------------------------------
+        self._notes.append((_MEMBER, s, x, x in s))
 
     def table(self, kind: str, key: str) -> None:
-        """Before an upsert or removal of (kind, key): put back the record held now, or remove it."""
+        """Before an upsert or removal of (kind, key): the record held now, or that there is none."""
         cluster = self.cluster
-        old = table_record(cluster, kind, key)
-        warning = cluster.warnings.get(f"{kind}/{key}", _MISSING)
-
-        def restore() -> None:
-            if old is None:
-                cluster.remove(kind, key)
-            else:
-                cluster.upsert(old)
-            # Cluster.remove leaves a class's warning behind; put back exactly what was there.
-            if warning is _MISSING:
-                cluster.warnings.pop(f"{kind}/{key}", None)
-            else:
-                cluster.warnings[f"{kind}/{key}"] = warning
-
-        self._steps.append(restore)
+        # Only a PriorityClass carries a warning (an unparsable toleration annotation).
+        warning = cluster.warnings.get(f"{kind}/{key}", _MISSING) if kind == "PriorityClass" else _MISSING
+        self._notes.append((_TABLE, kind, key, table_record(cluster, kind, key), warning))
 
     def tombstone(self, key: str) -> None:
         """Before Cluster.apply touches the tombstone of `key` (set, cleared, or the oldest evicted)."""
         tombs = self.cluster.tombstones
-        if key in tombs:
-            # Cleared or re-set in place: rare (a name re-created after deletion); copy it all.
-            self.deletion(tombs)
-            return
-
-        def forget() -> None:
-            tombs.pop(key, None)
-
-        self._steps.append(forget)
-        if len(tombs) >= cluster_mod.MAX_TOMBSTONES:
-            # A new tombstone evicts the oldest one: it must come back first in line.
-            first = next(iter(tombs))
-            value = tombs[first]
-
-            def restore_oldest() -> None:
-                if first not in tombs:
-                    rest = list(tombs.items())
-                    tombs.clear()
-                    tombs[first] = value
-                    tombs.update(rest)
-
-            self._steps.append(restore_oldest)
-
-    # ---- applying it -----------------------------------------------------------------------
+        if key in tombs or len(tombs) >= cluster_mod.MAX_TOMBSTONES:
+            # Cleared and set again, or the oldest evicted: the order changes, and it decides
+            # which tombstone goes next. Rare (a name re-created, a full table): copy it all.
+            self._notes.append((_TOMBSTONES, dict(tombs)))
+        else:
+            self._notes.append((_KEY, tombs, key, _MISSING))
 
     def rollback(self) -> None:
         """Undo every noted change, newest first."""
-        for step in reversed(self._steps):
-            step()
-        self._steps.clear()
-        self._copied.clear()
+        cluster = self.cluster
+        for note in reversed(self._notes):
+            what = note[0]
+            if what == _KEY:
+                _, d, k, old = note
+                if old is _MISSING:
+                    d.pop(k, None)
+                else:
+                    d[k] = old
+            elif what == _MEMBER:
+                _, s, x, was = note
+                if was:
+                    s.add(x)
+                else:
+                    s.discard(x)
+            elif what == _TABLE:
+                _, kind, key, old, warning = note
+                if old is None:
+                    cluster.remove(kind, key)
+                else:
+                    cluster.upsert(old)
+                if kind == "PriorityClass":
+                    # Cluster.remove leaves a class's warning behind: put back exactly what was.
+                    if warning is _MISSING:
+                        cluster.warnings.pop(f"{kind}/{key}", None)
+                    else:
+                        cluster.warnings[f"{kind}/{key}"] = warning
+            else:
+                _, copy = note
+                cluster.tombstones.clear()
+                cluster.tombstones.update(copy)
+        self._notes.clear()
