@@ -23,10 +23,11 @@ from engine.config import Config
 from schemas import records
 from streams.common.health import Health, HealthServer
 from streams.kafka import topics
-from streams.pipeline import fold, snapshot, tables
+from streams.pipeline import fold, outbox, snapshot, tables
 from streams.pipeline.faults import Faults
+from streams.pipeline.outbox import Origin
 from streams.pipeline.partitions import Partitions
-from streams.pipeline.worker import PartitionWorker, SnapshotPolicy
+from streams.pipeline.worker import CHECKPOINT_INTERVAL_S, PartitionWorker, SnapshotPolicy
 from streams.sim import simulator, traces
 from tests import test_fold_atomic
 from tests.memory_pipeline import CLUSTER, Pipeline, batches
@@ -277,3 +278,79 @@ def test_the_tables_are_readable_over_http(tmp_path: Path) -> None:
             await parts.close()
 
     asyncio.run(scenario())
+
+
+def test_a_quiet_partition_is_committed_by_the_timer(tmp_path: Path) -> None:
+    """Under exactly_once nothing is visible before a commit: a partition whose records stop must commit."""
+    log = _log(10)
+    p = Pipeline(tmp_path)
+    recs = batches(log, per_record=10)
+
+    async def scenario() -> None:
+        parts = Partitions(p.setup)
+        await parts.assign([0])
+        await asyncio.gather(*parts.opening.values())
+        before = len(p.decisions())
+        p.produce(recs)
+        for m in p.broker.messages(records.CLUSTER_EVENTS):
+            await parts.handle(0, m.offset, m.key, m.value)
+        await asyncio.sleep(CHECKPOINT_INTERVAL_S * 1.5)
+        await parts.tick()
+        assert len(p.decisions()) - before == len(_reference(log))
+        assert parts.workers[0].stored == len(recs) - 1
+        await parts.close()
+
+    asyncio.run(scenario())
+
+
+def test_ready_only_once_every_partition_is_caught_up(tmp_path: Path) -> None:
+    log = _log(20)
+    p = Pipeline(tmp_path)
+    p.produce(batches(log, per_record=10))
+
+    async def scenario() -> None:
+        health = Health("worker")
+        parts = Partitions(p.setup, health=health)
+        await parts.assign([0])
+        assert not health.ready  # opening: store, snapshot, then the log to its end
+        await asyncio.gather(*parts.opening.values())
+        assert health.ready and parts.workers[0].position == len(batches(log, per_record=10)) - 1
+        await parts.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_dead_letter_too_large_carries_a_reference_instead() -> None:
+    origin = Origin(records.CLUSTER_EVENTS, 3, 42, 7)
+    small = outbox.dead_letter(
+        key=b"c", value=b"x" * 1000, origin=origin, error_class="E", error="why", partition=3
+    )
+    assert small.value == b"x" * 1000 and "value-omitted" not in dict(small.headers)
+    big = b"y" * (topics.VALUE_MAX_BYTES + 1)
+    out = outbox.dead_letter(key=b"c", value=big, origin=origin, error_class="E", error="why", partition=3)
+    assert out.value is not None and len(out.value) < 1000
+    ref = orjson.loads(out.value)
+    assert ref["bytes"] == len(big) and ref["origin"] == {
+        "topic": records.CLUSTER_EVENTS,
+        "partition": 3,
+        "offset": 42,
+        "index": 7,
+    }
+    headers = dict(out.headers)
+    assert headers["value-omitted"] == b"too-large" and headers["origin-index"] == b"7"
+
+
+def test_the_session_timeout_reaches_the_consumer_group(tmp_path: Path) -> None:
+    from streams.pipeline import app
+
+    built = app.build_app(
+        bootstrap="127.0.0.1:1",
+        store_dir=tmp_path,
+        config=Config(),
+        key=None,
+        guarantee="exactly_once",
+        session_timeout=17.0,
+    )
+    assert built.conf.broker_session_timeout == 17.0
+    assert built.conf.broker_heartbeat_interval <= 17.0 / 3
+    assert built.conf.producer_max_request_size == topics.RECORD_MAX_BYTES
