@@ -23,6 +23,8 @@ from typing import Any
 import orjson
 from rocksdict import Options, Rdict, WriteBatch
 
+from streams.pipeline.faults import NONE, Faults
+
 _OBJ = b"obj/"
 _STATE = b"meta/state"
 # Entries per WriteBatch when a snapshot is loaded: bounds the batch's memory.
@@ -30,9 +32,10 @@ REPLACE_BATCH_ENTRIES = 20_000
 
 
 class Store:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, faults: Faults = NONE) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self._faults = faults
         self._db = Rdict(str(path), Options(raw_mode=True))
 
     def close(self) -> None:
@@ -69,6 +72,7 @@ class Store:
                 else:
                     batch.put(k, orjson.dumps(obj))
         batch.put(_STATE, orjson.dumps(state))
+        self._faults.check("fail-store")  # as the write itself failing (a full disk)
         self._db.write(batch)
 
     def entries(self) -> Iterator[tuple[bytes, bytes]]:

@@ -232,7 +232,7 @@ class PartitionWorker:
     async def _load(cls, partition: int, setup: Setup, outbox: Outbox, reader: Reader) -> PartitionWorker:
         path = setup.store_dir / f"cluster-events-{partition}"
         start, end = await reader.bounds(topics.CLUSTER_EVENTS, partition)
-        store = Store(path)
+        store = Store(path, faults=setup.faults)
         try:
             state = store.state()
             if state is not None and not await _belongs(reader, partition, state, start, end):
@@ -241,7 +241,7 @@ class PartitionWorker:
                 )
                 store.close()
                 Store.destroy(path)
-                store, state = Store(path), None
+                store, state = Store(path, faults=setup.faults), None
             local = int(state["position"]) if state is not None else -1
             latest = await snapshot.latest(reader, partition)
             manifest = latest if latest is not None and latest.position <= local else None
@@ -471,7 +471,6 @@ class PartitionWorker:
 
     def _write_store(self) -> None:
         try:
-            self.setup.faults.check("fail-store")
             self.store.write({name: ctl.dirty for name, ctl in self.controllers.items()}, self._state())
         except Exception as exc:  # a full disk, an I/O error, an injected fault
             # The changes stay marked dirty: the next commit writes them with its own.
