@@ -28,13 +28,16 @@ from hypothesis import strategies as st
 from schemas import records
 from streams.brokers.kafka_local import LocalKafka
 from streams.kafka.reading import PartitionReader
-from streams.pipeline import snapshot
+from streams.pipeline import outbox, snapshot
 from streams.pipeline.app import EXIT_FATAL
 from tests import test_fold_atomic
 from tests.chaos import harness
 from tests.chaos.harness import Worker, assert_same, expected, log_of, produce, wait_published
 
 NODES = 60  # ~900 events and 60 decisions per cluster log
+# A paused worker's partition is taken over (session timeout, join, open, catch up) and
+# its decisions published within this long: well under the transaction timeout.
+TAKEOVER_S = 0.6 * outbox.TRANSACTION_TIMEOUT_MS / 1000
 
 
 def _split(rnd: random.Random, log: list[dict[str, Any]], parts: int) -> list[list[dict[str, Any]]]:
@@ -111,12 +114,17 @@ def test_exactly_once_an_aborted_transaction_publishes_nothing(kafka: LocalKafka
 
 
 def test_broker_sigkilled_and_restarted_mid_trace(kafka: LocalKafka, tmp_path: Path, seed: int) -> None:
+    """The broker dies while the worker folds a backlog and publishes; the worker stalls, then goes on."""
     rnd = random.Random(seed)
     cluster = f"broker-{seed}"
     log = log_of(cluster, NODES)
     want = expected(log)
-    first, second = _split(rnd, log, 2)
-    w = Worker(kafka.bootstrap, tmp_path / "store", "g-broker").start()
+    cut = len(log) * 9 // 10
+    asyncio.run(produce(kafka.bootstrap, cluster, log[:cut], [1, 2, 3]))  # a backlog of small records
+    # Sends give up after 3 s here (30 s in production), so the outage fails them.
+    w = Worker(
+        kafka.bootstrap, tmp_path / "store", "g-broker", extra=["--request-timeout-ms", "3000"]
+    ).start()
     supervising = threading.Event()
 
     def supervisor() -> None:
@@ -127,15 +135,17 @@ def test_broker_sigkilled_and_restarted_mid_trace(kafka: LocalKafka, tmp_path: P
             time.sleep(0.5)
 
     thread = threading.Thread(target=supervisor, daemon=True)
+    thread.start()
     try:
-        w.wait_ready()
-        thread.start()
-        asyncio.run(produce(kafka.bootstrap, cluster, first, _sizes(rnd)))
-        time.sleep(rnd.uniform(0.2, 1.5))
+        deadline = time.monotonic() + harness.READY_TIMEOUT_S
+        while "opened at offset" not in w.log_text():  # folding the backlog and publishing now
+            assert time.monotonic() < deadline, w.tail()
+            time.sleep(0.05)
+        time.sleep(rnd.uniform(0.1, 0.6))
         kafka.kill()
-        time.sleep(rnd.uniform(1.0, 4.0))
+        time.sleep(rnd.uniform(4.0, 7.0))
         kafka.restart()
-        asyncio.run(produce(kafka.bootstrap, cluster, second, _sizes(rnd)))
+        asyncio.run(produce(kafka.bootstrap, cluster, log[cut:], _sizes(rnd)))
         got = wait_published(kafka.bootstrap, cluster, len(want))
     finally:
         supervising.set()
@@ -192,7 +202,9 @@ def test_a_paused_worker_resumed_after_its_partition_moved_publishes_nothing(
             assert time.monotonic() < deadline and a.alive(), a.tail()
             time.sleep(0.1)
         b.start()  # joins; a's session times out; b opens the partition and fences a
-        got = wait_published(kafka.bootstrap, cluster, len(want))
+        # Fenced, a's open transaction is aborted at once and b's decisions show well before
+        # the broker would have timed that transaction out (outbox.TRANSACTION_TIMEOUT_MS).
+        got = wait_published(kafka.bootstrap, cluster, len(want), timeout=TAKEOVER_S)
         assert_same(got, want)
         a.signal(signal.SIGCONT)
         assert a.wait_exit(60) == EXIT_FATAL, a.tail()
