@@ -121,10 +121,7 @@ def test_broker_sigkilled_and_restarted_mid_trace(kafka: LocalKafka, tmp_path: P
     want = expected(log)
     cut = len(log) * 9 // 10
     asyncio.run(produce(kafka.bootstrap, cluster, log[:cut], [1, 2, 3]))  # a backlog of small records
-    # Sends give up after 3 s here (30 s in production), so the outage fails them.
-    w = Worker(
-        kafka.bootstrap, tmp_path / "store", "g-broker", extra=["--request-timeout-ms", "3000"]
-    ).start()
+    w = Worker(kafka.bootstrap, tmp_path / "store", "g-broker").start()
     supervising = threading.Event()
 
     def supervisor() -> None:
