@@ -64,6 +64,8 @@ RAW_VALUE = b"x" * 1024
 # the first to the last record the worker's own counter reports.
 METRICS_POLL_S = 0.05
 FOLD_TIMEOUT_S = 300.0
+# A worker that folded the whole log and has not moved for this long is done.
+FOLD_IDLE_S = 2.0
 # Recovery: the suffix is written in records of this many events.
 RECOVERY_EVENTS_PER_RECORD = 100
 
@@ -184,7 +186,8 @@ def fold_rate(
 
     It is done when its store reflects the log's last record (the position gauge),
     whatever else it folded first (a worker without state reads from its snapshot or
-    the log start).
+    the log start), or, for a worker that stores only when a later record arrives
+    (before the commit timer), when it has folded the whole log and stopped.
     """
     cluster = f"bench-{uuid.uuid4().hex[:6]}"
     last_offset = asyncio.run(_produce_log(bootstrap, cluster, log, per_record))
@@ -205,7 +208,7 @@ def fold_rate(
                 first_t, first_n = now, n
             if n > last_n:
                 last_t, last_n = now, n
-            if position >= last_offset:
+            if position >= last_offset or (n >= len(log) and last_t and now - last_t > FOLD_IDLE_S):
                 break
             time.sleep(METRICS_POLL_S)
         rate = (last_n - first_n) / (last_t - first_t) if last_t > first_t else float("nan")

@@ -28,7 +28,7 @@ import asyncio
 import hashlib
 import os
 import signal
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -197,6 +197,17 @@ async def start_transactional(bootstrap: str, transactional_id: str) -> AIOKafka
     return producer
 
 
+async def _commit_faults(faults: Faults, decided: int, abort: Callable[[], Awaitable[None]]) -> None:
+    """The injected commit faults (streams.pipeline.faults), where a commit with decisions is made."""
+    if not decided:
+        return
+    if faults.hit("abort-commit"):
+        await abort()
+        raise SendFailed(f"injected abort-commit (call {faults.calls['abort-commit']})")
+    if faults.hit("stop-before-commit"):
+        os.kill(os.getpid(), signal.SIGSTOP)  # until SIGCONT: a paused worker, mid-transaction
+
+
 class KafkaOutbox:
     """An Outbox over an aiokafka producer; `owns_producer`: close() stops it too."""
 
@@ -247,11 +258,7 @@ class KafkaOutbox:
     async def commit(self) -> None:
         await self.flush()
         decided, self._decisions = self._decisions, 0
-        if decided and self._faults.hit("abort-commit"):
-            await self.abort()
-            raise SendFailed(f"injected abort-commit (call {self._faults.calls['abort-commit']})")
-        if decided and self._faults.hit("stop-before-commit"):
-            os.kill(os.getpid(), signal.SIGSTOP)  # until SIGCONT: a paused worker, mid-transaction
+        await _commit_faults(self._faults, decided, self.abort)
         if self._transactional and self._open:
             try:
                 await self._producer.commit_transaction()
@@ -312,9 +319,7 @@ class MemoryOutbox:
     async def commit(self) -> None:
         await self.flush()
         decided, self._decisions = self._decisions, 0
-        if decided and self._faults.hit("abort-commit"):
-            await self.abort()
-            raise SendFailed(f"injected abort-commit (call {self._faults.calls['abort-commit']})")
+        await _commit_faults(self._faults, decided, self.abort)
         queued, self._queued = self._queued, []
         for record in queued:
             self._append(record)
