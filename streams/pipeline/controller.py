@@ -58,6 +58,34 @@ DECISION_MAX_BYTES = topics.VALUE_MAX_BYTES
 Decide = Callable[..., Decision]
 
 
+def _table_key(kind: str, obj: Mapping[str, Any]) -> str:
+    """engine.cluster.table_key, the common case first: an API object's uid (or a node's name).
+
+    Any other case (a hand-written object without uid, a malformed one) goes to
+    the engine's own rule; it runs for every event, hence the shortcut.
+    """
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and isinstance(meta.get("name"), str) and meta["name"]:
+        if kind in ("Node", "PriorityClass"):
+            return str(meta["name"])
+        uid = meta.get("uid")
+        if isinstance(uid, str) and uid and kind in ("Pod", "PodDisruptionBudget", "ElasticQuota"):
+            return uid
+    return cluster_mod.table_key(obj)
+
+
+def _well_formed(event: Any) -> bool:
+    """records.event_problem(event) is None, checked inline: it runs for every event."""
+    if not isinstance(event, dict):
+        return False
+    kind = event.get("type")
+    if not isinstance(event.get("ts"), str):
+        return False
+    if kind in records.OBJECT_EVENTS:
+        return isinstance(event.get("object"), dict)
+    return kind in records.EVENT_TYPES
+
+
 class BadEvent(ValueError):
     """One event that could not be folded or decided: rejected (dead-lettered), the controller unchanged.
 
@@ -104,13 +132,16 @@ class Controller:
     _earliest: int | None = None  # no nomination or leaving mark expires before this
     index: Index = field(init=False)
     _config_hash: str = field(init=False, default="")
+    # The published bytes of the decisions the last `handle` made (encoded once, for the
+    # size limit): the worker sends these rather than encoding each record again.
+    encoded: dict[str, bytes] = field(init=False, default_factory=dict)
     _undo: Undo = field(init=False)
     _deciding: bool = field(init=False, default=False)  # the index's caches may be mid-update
 
     def __post_init__(self) -> None:
         self.index = Index(self.cluster)
         self._config_hash = self.config.hash()
-        self._undo = Undo(self.cluster)
+        self._undo = Undo(self.cluster)  # one log, emptied after every event
 
     # ---- folding -----------------------------------------------------------------------
 
@@ -122,13 +153,13 @@ class Controller:
         """
         scalars = (self.seq, self.prev_hash, self.decisions, self.last_seq, self.last_id, self._earliest)
         resync = self.resync
-        # A fresh log per event; restore() replaces the cluster after construction.
-        undo = self._undo = Undo(self.cluster)
+        undo = self._undo
+        undo.cluster = self.cluster  # restore() replaces the cluster after construction
         self._deciding = False
+        self.encoded.clear()
         try:
-            problem = records.event_problem(event)
-            if problem:
-                raise BadEvent(problem)
+            if not _well_formed(event):
+                raise BadEvent(records.event_problem(event) or "malformed event")
             return self._handle(event)
         except Exception as exc:
             undo.rollback()
@@ -141,6 +172,8 @@ class Controller:
             if isinstance(exc, BadEvent):
                 raise
             raise BadEvent(f"{type(exc).__name__}: {exc}", type(exc).__name__) from exc
+        finally:
+            undo.forget()
 
     def _handle(self, event: Mapping[str, Any]) -> list[DecisionRecord]:
         seq = self.seq
@@ -162,30 +195,25 @@ class Controller:
                     continue
                 out.extend(self._decide(pod, seq, now))
             return out
+        # Cluster.apply with its changes noted. It normalises the object before it
+        # changes anything, so a malformed object raises with the index untouched.
         obj = event["object"]
-        key = self._apply_object(kind, obj)
-        if key is None:
-            return out
-        self._set(self.dirty, key, None if kind == "DELETED" else obj)
-        if obj.get("kind") == "Pod":
-            out.extend(self._pod_changed(key.split("/", 1)[1], seq, now))
-        return out
-
-    def _apply_object(self, kind: str, obj: Mapping[str, Any]) -> str | None:
-        """Cluster.apply with its changes noted; the object's "Kind/key", or None when stale.
-
-        Cluster.apply normalises the object before it changes anything, so a
-        malformed object raises with the index untouched.
-        """
         object_kind = str(obj.get("kind"))
-        table_key = cluster_mod.table_key(obj)
+        uid = _table_key(object_kind, obj)
         undo = self._undo
-        undo.table(object_kind, table_key)
-        undo.tombstone(f"{object_kind}/{table_key}")
+        undo.table(object_kind, uid)
+        if kind == "DELETED" or f"{object_kind}/{uid}" in self.cluster.tombstones:
+            undo.tombstone(f"{object_kind}/{uid}")  # only then does apply touch the tombstones
         key, changed = self.cluster.apply(kind, obj)
         if self.resync is not None:
             self._add(self.resync, key)
-        return key if changed else None
+        if not changed:
+            return out
+        undo.key(self.dirty, key)
+        self.dirty[key] = None if kind == "DELETED" else obj
+        if object_kind == "Pod":
+            out.extend(self._pod_changed(key.split("/", 1)[1], seq, now))
+        return out
 
     def _pod_changed(self, uid: str, seq: int, now: int) -> list[DecisionRecord]:
         pod = self.cluster.pods.get(uid)
@@ -314,7 +342,8 @@ class Controller:
         rec["configHash"] = self._config_hash
         rec["engineVersion"] = ENGINE_VERSION
         chain.seal(rec, self.prev_hash, self.key)
-        size = len(orjson.dumps(rec))
+        encoded = orjson.dumps(rec)
+        size = len(encoded)
         if size > self.max_record_bytes:
             # The victims are what the actuator needs; the explanation is what can give way.
             # Replaced here, before the hash, so `replay` re-derives the same bytes.
@@ -326,7 +355,8 @@ class Controller:
                 f"{self.max_record_bytes} bytes",
             }
             chain.seal(rec, self.prev_hash, self.key)
-            size = len(orjson.dumps(rec))
+            encoded = orjson.dumps(rec)
+            size = len(encoded)
             if size > self.max_record_bytes:
                 raise DecisionTooLarge(
                     f"decision {decision_id} is {size} bytes without its explanation "
@@ -336,6 +366,7 @@ class Controller:
         self.last_seq = seq
         self.last_id = decision_id
         self.prev_hash = rec["hash"]
+        self.encoded[decision_id] = encoded
         return rec  # type: ignore[return-value]
 
     # ---- changes, each noted in the undo log before it is made -----------------------------

@@ -93,9 +93,14 @@ class Origin:
 # ---- building records ----------------------------------------------------------------------
 
 
-def decision(record: DecisionRecord, *, partition: int) -> Outgoing:
-    """A decision record, keyed by its cluster (DESIGN §5); its size is held by the controller."""
-    return Outgoing(records.DECISIONS, partition, record["cluster"].encode(), records.encode(record))
+def decision(record: DecisionRecord, *, partition: int, encoded: bytes | None = None) -> Outgoing:
+    """A decision record, keyed by its cluster (DESIGN §5); its size is held by the controller.
+
+    `encoded`: the record's bytes when the caller has them (the controller encodes
+    each decision once, to hold it to the size limit).
+    """
+    value = encoded if encoded is not None else records.encode(record)
+    return Outgoing(records.DECISIONS, partition, record["cluster"].encode(), value)
 
 
 def dead_letter(

@@ -79,6 +79,9 @@ class Undo:
     def table(self, kind: str, key: str) -> None:
         """Before an upsert or removal of (kind, key): the record held now, or that there is none."""
         cluster = self.cluster
+        if kind == "Pod":  # nearly every event: straight to the table
+            self._notes.append((_TABLE, kind, key, cluster.pods.get(key), _MISSING))
+            return
         # Only a PriorityClass carries a warning (an unparsable toleration annotation).
         warning = cluster.warnings.get(f"{kind}/{key}", _MISSING) if kind == "PriorityClass" else _MISSING
         self._notes.append((_TABLE, kind, key, table_record(cluster, kind, key), warning))
@@ -92,6 +95,10 @@ class Undo:
             self._notes.append((_TOMBSTONES, dict(tombs)))
         else:
             self._notes.append((_KEY, tombs, key, _MISSING))
+
+    def forget(self) -> None:
+        """The event is done (folded, or rolled back): its notes are no longer needed."""
+        self._notes.clear()
 
     def rollback(self) -> None:
         """Undo every noted change, newest first."""

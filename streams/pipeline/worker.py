@@ -381,7 +381,8 @@ class PartitionWorker:
                 continue
             for d in decisions:
                 if not self.published.seen(d):
-                    out.append(outbox_mod.decision(d, partition=self.partition))
+                    encoded = ctl.encoded.get(d["id"])
+                    out.append(outbox_mod.decision(d, partition=self.partition, encoded=encoded))
                     DECISIONS.labels(d["outcome"]).inc()
         n = len(batch["events"])
         self.events += n
