@@ -89,31 +89,6 @@ async def read_all(
         await consumer.stop()
 
 
-async def read_range(
-    bootstrap: str, topic: str, partition: int, start: int, end: int
-) -> AsyncIterator[Message]:
-    """Records of one partition with start <= offset < end, in order."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    try:
-        tp = TopicPartition(topic, partition)
-        consumer.assign([tp])
-        consumer.seek(tp, start)
-        while True:
-            batch = await consumer.getmany(tp, timeout_ms=IDLE_POLL_MS)
-            msgs = batch.get(tp, [])
-            if not msgs and await consumer.position(tp) >= end:
-                return
-            for m in msgs:
-                if m.offset >= end:
-                    return
-                yield Message(m.partition, m.offset, m.key, m.value or b"", tuple(m.headers or ()))
-    finally:
-        await consumer.stop()
-
-
 class PartitionReader:
     """Bounded reads of single partitions with one consumer: no read starts at a log's beginning
     unless asked to. Use as an async context manager.
