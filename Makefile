@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SHARED ?= ../shared
 
-.PHONY: run test lint unit conformance kafka kube-tools bench clean
+.PHONY: run test lint unit conformance kafka kube-tools bench chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,13 @@ conformance: $(STAMP)
 	fi
 
 test: lint unit
+
+# The fault-injection suite on real Apache Kafka with more seeds and examples than
+# `make test` runs (one seed each there); bounded: about a minute per seed and scenario.
+CHAOS_SEEDS ?= 5
+CHAOS_EXAMPLES ?= 10
+chaos: $(STAMP)
+	CHAOS_SEEDS=$(CHAOS_SEEDS) CHAOS_EXAMPLES=$(CHAOS_EXAMPLES) $(BIN)/pytest -q tests/chaos
 
 kafka: $(STAMP)  ## single-node Apache Kafka (KRaft) on loopback until Ctrl-C; needs java 17+ and mvn
 	$(BIN)/python -m streams.brokers.kafka_local --create-topics

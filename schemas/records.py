@@ -101,8 +101,12 @@ def encode(value: Any) -> bytes:
     return orjson.dumps(value)
 
 
-def decode_batch(data: bytes) -> ClusterEventBatch:
-    """Parse and validate a cluster-events record; DecodeError with the reason otherwise."""
+def decode_envelope(data: bytes) -> ClusterEventBatch:
+    """Parse a cluster-events record and check its envelope (v, cluster, events); DecodeError otherwise.
+
+    The events themselves are not checked: a consumer that folds events one by one
+    rejects each bad one on its own (`event_problem`), not the whole record.
+    """
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -113,11 +117,29 @@ def decode_batch(data: bytes) -> ClusterEventBatch:
         raise DecodeError(f"unsupported envelope version {value.get('v')!r}")
     if not isinstance(value.get("cluster"), str) or not isinstance(value.get("events"), list):
         raise DecodeError("record needs cluster (string) and events (list)")
+    return value  # type: ignore[return-value]
+
+
+def key_problem(key: bytes | None, batch: ClusterEventBatch) -> str | None:
+    """Why a record's key does not fit its envelope, or None.
+
+    The key decides the partition, and one partition holds a cluster's whole log
+    in order; a record keyed by another cluster could be folded out of order.
+    """
+    if key != batch["cluster"].encode():
+        shown = key.decode(errors="replace") if key is not None else None
+        return f"record key {shown!r} is not the envelope's cluster {batch['cluster']!r}"
+    return None
+
+
+def decode_batch(data: bytes) -> ClusterEventBatch:
+    """Parse and validate a cluster-events record, every event included; DecodeError with the reason."""
+    value = decode_envelope(data)
     for i, event in enumerate(value["events"]):
         problem = event_problem(event)
         if problem:
             raise DecodeError(f"events[{i}]: {problem}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def event_problem(event: Any) -> str | None:

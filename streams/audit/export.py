@@ -61,7 +61,7 @@ class Exporter:
         self._shown = 0.0
         self._tty = sys.stderr.isatty()
 
-    def add(self, where: str, value: bytes) -> None:
+    def add(self, where: str, value: bytes, key: bytes | None = None) -> None:
         self.read += 1
         try:
             parsed = orjson.loads(value)
@@ -75,7 +75,7 @@ class Exporter:
             self._skip(where, f"a {kind} record in a topic of {self.kind}")
             return
         if kind == EVENTS:
-            self._events(where, value)
+            self._events(where, value, key)
         elif self.cluster is None or (isinstance(parsed, dict) and parsed.get("cluster") == self.cluster):
             # The topic's bytes unchanged, so an audit of the file checks what the topic holds;
             # only a value spread over several lines (never written by preemptctl) is re-encoded.
@@ -84,16 +84,25 @@ class Exporter:
             self.lines += 1
         self._tick()
 
-    def _events(self, where: str, value: bytes) -> None:
+    def _events(self, where: str, value: bytes, key: bytes | None) -> None:
+        # What the worker dead-letters (a record, or one event of it) is left out, and the
+        # worker decides without it; so does replay of the export (streams.kafka.logio).
         try:
-            batch = records.decode_batch(value)
+            batch = records.decode_envelope(value)
         except records.DecodeError as exc:
-            # The worker dead-letters such a record and decides without it; so does replay of the export.
             self._skip(where, str(exc))
+            return
+        problem = records.key_problem(key, batch)
+        if problem:
+            self._skip(where, problem)
             return
         if self.cluster is not None and batch["cluster"] != self.cluster:
             return
-        for event in batch["events"]:
+        for i, event in enumerate(batch["events"]):
+            problem = records.event_problem(event)
+            if problem:
+                self._skip(f"{where} event {i}", problem)
+                continue
             self.out.write(orjson.dumps({**event, "cluster": batch["cluster"]}) + b"\n")
             self.lines += 1
 
@@ -122,7 +131,7 @@ def export(location: str, out: IO[bytes], *, cluster: str | None) -> Exporter:
     async def read() -> None:
         # read_committed: on Kafka, records of aborted transactions are not part of the log.
         async for m in reading.read_all(bootstrap, topic, read_committed=True):
-            exporter.add(f"partition {m.partition} offset {m.offset}", m.value)
+            exporter.add(f"partition {m.partition} offset {m.offset}", m.value, m.key)
 
     try:
         asyncio.run(read())

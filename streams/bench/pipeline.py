@@ -8,7 +8,19 @@ In one run, on one broker (the embedded tansu by default, or `--broker`):
    first and the last record processed;
 3. end-to-end latency: the same kind of log offered at a fixed `--rate` events/s,
    one event per record; for each event that leads to a decision, the time from
-   producing it to consuming the decision.
+   producing it to consuming the decision;
+4. recovery from a snapshot (`--recovery-pods`, 0 to skip): a worker with no
+   local store opens a partition whose latest snapshot holds a cluster of that
+   many pods (4 per node) whose state reflects `--recovery-history` events, and
+   folds the `--recovery-suffix` events written after it. The history before
+   the snapshot is represented by the snapshot's sequence number: the log holds
+   only the record at the snapshot's position and the suffix, since opening a
+   partition never reads before its snapshot (tests/chaos deletes that part of
+   the log to show it). Measured in-process (no group join): snapshot found,
+   fetched, checked and loaded into the store, state restored, suffix folded.
+With `--compare-tree DIR` (another checkout, e.g. the base branch), the fold
+rate is measured alternately for this tree and that one, each on a fresh
+embedded broker, and reported side by side.
 The result is one JSON object; the pipeline is reported as ratios of the raw rates.
 """
 
@@ -17,7 +29,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,12 +44,19 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from engine import cluster as cluster_mod
 from engine.config import Config
 from schemas import VERSION, records
 from streams.bench import machine
 from streams.brokers import embedded, process
 from streams.kafka import topics
-from streams.sim import simulator, traces
+from streams.kafka.reading import PartitionReader
+from streams.pipeline import outbox as outbox_mod
+from streams.pipeline import snapshot
+from streams.pipeline.controller import Controller
+from streams.pipeline.store import Store
+from streams.pipeline.worker import PartitionWorker, Setup, fingerprint
+from streams.sim import simulator, traces, workloads
 
 RAW_MESSAGES = 50_000
 RAW_VALUE = b"x" * 1024
@@ -43,6 +64,10 @@ RAW_VALUE = b"x" * 1024
 # the first to the last record the worker's own counter reports.
 METRICS_POLL_S = 0.05
 FOLD_TIMEOUT_S = 300.0
+# A worker that folded the whole log and has not moved for this long is done.
+FOLD_IDLE_S = 2.0
+# Recovery: the suffix is written in records of this many events.
+RECOVERY_EVENTS_PER_RECORD = 100
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -85,7 +110,13 @@ def _metric(port: int, name: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def _worker(url: str, store: Path, group: str, port: int) -> subprocess.Popen[bytes]:
+def _worker(
+    url: str, store: Path, group: str, port: int, tree: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """A worker process of this tree, or of another checkout's (`tree`) with the same interpreter."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
     cmd = [
         sys.executable,
         "-m",
@@ -102,51 +133,82 @@ def _worker(url: str, store: Path, group: str, port: int) -> subprocess.Popen[by
         "--health-host",
         "127.0.0.1",
     ]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=(store.parent / "worker.log").open("wb"))
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=(store.parent / "worker.log").open("wb"),
+        env=env,
+        cwd=tree,
+    )
 
 
 async def _produce_log(bootstrap: str, cluster: str, log: list[dict[str, Any]], per_record: int) -> int:
+    """Write the log in records of `per_record` events; the last record's offset."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=1024 * 1024, max_request_size=2 * 1024 * 1024
+        bootstrap_servers=bootstrap,
+        linger_ms=5,
+        max_batch_size=1024 * 1024,
+        max_request_size=topics.RECORD_MAX_BYTES,
     )
     await producer.start()
-    n = 0
+    futures = []
     for i in range(0, len(log), per_record):
         events = [{k: v for k, v in e.items() if k != "cluster"} for e in log[i : i + per_record]]
-        await producer.send(
-            records.CLUSTER_EVENTS,
-            key=cluster.encode(),
-            value=orjson.dumps({"v": VERSION, "cluster": cluster, "events": events}),
+        futures.append(
+            await producer.send(
+                records.CLUSTER_EVENTS,
+                key=cluster.encode(),
+                value=orjson.dumps({"v": VERSION, "cluster": cluster, "events": events}),
+            )
         )
-        n += 1
-    await producer.flush()
+    last = (await futures[-1]).offset
     await producer.stop()
-    return n
+    return int(last)
+
+
+def _metric_labelled(port: int, name: str) -> float:
+    """The largest value of a labelled series (the worker's position over its partitions)."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    values = [float(v) for v in re.findall(rf"^{name}{{[^}}]*}} ([0-9.e+-]+)$", body, re.M)]
+    return max(values, default=-1.0)
 
 
 def fold_rate(
-    url: str, bootstrap: str, log: list[dict[str, Any]], per_record: int, tmp: Path, *, already: int = 0
+    url: str,
+    bootstrap: str,
+    log: list[dict[str, Any]],
+    per_record: int,
+    tmp: Path,
+    *,
+    tree: Path | None = None,
 ) -> dict[str, Any]:
-    """`already`: events other stages left in the topic, folded too (a new group reads from the start)."""
+    """A cold worker folds the log; events/s from its own counter, first to last record it processed.
+
+    It is done when its store reflects the log's last record (the position gauge),
+    whatever else it folded first (a worker without state reads from its snapshot or
+    the log start), or, for a worker that stores only when a later record arrives
+    (before the commit timer), when it has folded the whole log and stopped.
+    """
     cluster = f"bench-{uuid.uuid4().hex[:6]}"
-    asyncio.run(_produce_log(bootstrap, cluster, log, per_record))
+    last_offset = asyncio.run(_produce_log(bootstrap, cluster, log, per_record))
     port = process.free_loopback_port()
-    proc = _worker(url, tmp / "fold-store", f"bench-fold-{cluster}", port)
+    store = Path(tempfile.mkdtemp(prefix="fold-", dir=tmp)) / "store"
+    proc = _worker(url, store, f"bench-fold-{cluster}", port, tree)
     try:
         deadline = time.monotonic() + FOLD_TIMEOUT_S
         first_t = first_n = last_t = last_n = 0.0
-        target = len(log) + already
         while time.monotonic() < deadline:
             try:
                 n = _metric(port, "preemptctl_worker_events_total")
+                position = _metric_labelled(port, "preemptctl_worker_position")
             except OSError:
-                n = 0.0
+                n, position = 0.0, -1.0
             now = time.perf_counter()
             if n > 0 and not first_t:
                 first_t, first_n = now, n
             if n > last_n:
                 last_t, last_n = now, n
-            if n >= target:
+            if position >= last_offset or (n >= len(log) and last_t and now - last_t > FOLD_IDLE_S):
                 break
             time.sleep(METRICS_POLL_S)
         rate = (last_n - first_n) / (last_t - first_t) if last_t > first_t else float("nan")
@@ -162,6 +224,132 @@ def fold_rate(
         "worker_busy_events_per_s": round(last_n / seconds, 1) if seconds else None,
         "record_mean_ms": round(seconds / count * 1000, 3) if count else None,
     }
+
+
+def fold_side_by_side(
+    log: list[dict[str, Any]], per_record: int, tmp: Path, other: Path, runs: int
+) -> dict[str, Any]:
+    """The fold rate of this tree and of `other`, alternately, each on a fresh embedded broker."""
+    rates: dict[str, list[float]] = {"after": [], "before": []}
+    for _ in range(runs):
+        for label, tree in (("after", None), ("before", other)):
+            with embedded.EmbeddedBroker() as broker:
+                asyncio.run(topics.ensure_topics(broker.bootstrap))
+                rates[label].append(
+                    fold_rate(broker.url, broker.bootstrap, log, per_record, tmp, tree=tree)[
+                        "fold_events_per_s"
+                    ]
+                )
+    after, before = statistics.median(rates["after"]), statistics.median(rates["before"])
+    return {
+        "compare_tree": str(other),
+        "fold_after_events_per_s": rates["after"],
+        "fold_before_events_per_s": rates["before"],
+        "fold_after_vs_before_median": round(after / before, 3),
+    }
+
+
+# ---- recovery from a snapshot -------------------------------------------------------------
+
+
+async def _write_snapshot(bootstrap: str, cluster: str, pods: int, history: int, tmp: Path) -> dict[str, Any]:
+    """A snapshot of a `pods`-pod cluster whose state reflects `history` events, at a real log position."""
+    objects = workloads.cluster_objects(pods // 4)
+    # The record at the snapshot's position: its fingerprint ties the snapshot to this log.
+    anchor_key = cluster.encode()
+    anchor = orjson.dumps(
+        {"v": VERSION, "cluster": cluster, "events": [{"ts": workloads.EPOCH, "type": "TICK"}]}
+    )
+    producer = outbox_mod.new_producer(bootstrap)
+    await producer.start()
+    try:
+        position = (await producer.send_and_wait(records.CLUSTER_EVENTS, anchor, key=anchor_key)).offset
+        async with PartitionReader(bootstrap) as reader:
+            decisions_next = (await reader.bounds(records.DECISIONS, 0))[1]
+        ctl = Controller(cluster, Config())
+        ctl.seq = history
+        store = Store(tmp / "snapshot-source")
+        dirty = {f"{o['kind']}/{cluster_mod.table_key(o)}": o for o in objects}
+        state = {
+            "position": position,
+            "fingerprint": fingerprint(anchor_key, anchor),
+            "decisionsNext": decisions_next,
+            "sinceSnapshot": 0,
+            "clusters": {cluster: ctl.state()},
+        }
+        store.write({cluster: dirty}, state)
+        started = time.perf_counter()
+        outbox = outbox_mod.KafkaOutbox(producer, transactional=False, owns_producer=False)
+        manifest = await snapshot.write(
+            outbox, partition=0, state=state, entries=store.entries(), previous=None
+        )
+        written = time.perf_counter() - started
+        store.close()
+    finally:
+        await producer.stop()
+    return {"position": position, "chunks": len(manifest.chunks), "snapshot_write_s": round(written, 2)}
+
+
+def _suffix(cluster: str, pods: int, events: int) -> list[dict[str, Any]]:
+    """Status updates of the cluster's pods (new resourceVersions) and ticks: the log after the snapshot."""
+    out: list[dict[str, Any]] = []
+    nodes = pods // 4
+    for k in range(events):
+        if k % 50 == 49:
+            out.append({"ts": workloads.EPOCH, "type": "TICK", "cluster": cluster})
+            continue
+        i, j = (k // 4) % nodes, k % 4
+        obj = workloads.pod(
+            f"low-{i:05d}-{j}",
+            priority=workloads.LOW_PRIORITY,
+            cpu="900m",
+            memory="500Mi",
+            node=f"node-{i:05d}",
+        )
+        obj["metadata"]["resourceVersion"] = str(2 + k)
+        out.append({"ts": workloads.EPOCH, "type": "MODIFIED", "object": obj, "cluster": cluster})
+    return out
+
+
+def recovery(bootstrap: str, pods: int, history: int, suffix: int, tmp: Path) -> dict[str, Any]:
+    cluster = f"rec-{uuid.uuid4().hex[:6]}"
+    written = asyncio.run(_write_snapshot(bootstrap, cluster, pods, history, tmp))
+    asyncio.run(_produce_log(bootstrap, cluster, _suffix(cluster, pods, suffix), RECOVERY_EVENTS_PER_RECORD))
+
+    async def recover() -> dict[str, Any]:
+        async def new_outbox(partition: int) -> outbox_mod.Outbox:
+            producer = outbox_mod.new_producer(bootstrap)
+            await producer.start()
+            return outbox_mod.KafkaOutbox(producer, transactional=False, owns_producer=True)
+
+        setup = Setup(
+            config=Config(),
+            key=None,
+            store_dir=tmp / "recovered",
+            reader=lambda: PartitionReader(bootstrap),
+            outbox=new_outbox,
+        )
+        started = time.perf_counter()
+        worker = await PartitionWorker.open(partition=0, setup=setup)
+        opened = time.perf_counter()
+        loaded_at = worker.position
+        await worker.catch_up()
+        done = time.perf_counter()
+        ctl = worker.controllers[cluster]
+        result = {
+            "recovery_snapshot_position": loaded_at,
+            "recovery_pods": len(ctl.cluster.pods),
+            "recovery_history_events": history,
+            "recovery_suffix_events": worker.events,
+            "recovery_open_s": round(opened - started, 2),
+            "recovery_suffix_s": round(done - opened, 2),
+            "recovery_s": round(done - started, 2),
+        }
+        await worker.close(commit=False)
+        assert ctl.seq == history + suffix, "the recovered state is not the snapshot plus the suffix"
+        return result
+
+    return {**{f"recovery_{k}": v for k, v in written.items() if k != "position"}, **asyncio.run(recover())}
 
 
 async def _latency(
@@ -256,8 +444,19 @@ def cmd(args: argparse.Namespace) -> int:
         # Latency first, on an empty cluster-events topic: a worker of a new group reads
         # the topic from its start, and a backlog would be measured as latency.
         lat = latency(url, bootstrap, args.latency_nodes, args.rate, tmp)
+        lat.pop("events_offered")
         log = simulator.simulate(traces.basic(args.nodes), Config()).log
-        fold = fold_rate(url, bootstrap, log, args.events_per_record, tmp, already=lat.pop("events_offered"))
+        fold = fold_rate(url, bootstrap, log, args.events_per_record, tmp)
+        compared = (
+            fold_side_by_side(log, args.events_per_record, tmp, Path(args.compare_tree), args.compare_runs)
+            if args.compare_tree
+            else {}
+        )
+        rec = (
+            recovery(bootstrap, args.recovery_pods, args.recovery_history, args.recovery_suffix, tmp)
+            if args.recovery_pods
+            else {}
+        )
     result = {
         "benchmark": "pipeline",
         "broker": name,
@@ -265,7 +464,9 @@ def cmd(args: argparse.Namespace) -> int:
         "raw_consume_msgs_per_s": round(consume, 1),
         **fold,
         "fold_vs_raw_produce": round(fold["fold_events_per_s"] / produce, 3),
+        **compared,
         **lat,
+        **rec,
         "machine": machine.describe(),
     }
     print(
@@ -292,5 +493,27 @@ def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--events-per-record", type=int, default=100)
     p.add_argument("--rate", type=float, default=1000.0, help="offered events/s for the latency run")
     p.add_argument("--latency-nodes", type=int, default=100, help="nodes in the latency log (default 100)")
+    p.add_argument(
+        "--recovery-pods",
+        type=int,
+        default=150_000,
+        help="pods in the recovered snapshot (default 150000; 0 skips)",
+    )
+    p.add_argument(
+        "--recovery-history",
+        type=int,
+        default=10_000_000,
+        help="events the snapshot's state reflects (default 10000000)",
+    )
+    p.add_argument(
+        "--recovery-suffix",
+        type=int,
+        default=50_000,
+        help="events written after the snapshot (default 50000)",
+    )
+    p.add_argument("--compare-tree", metavar="DIR", help="another checkout: fold rates side by side with it")
+    p.add_argument(
+        "--compare-runs", type=int, default=2, help="runs per tree with --compare-tree (default 2)"
+    )
     p.add_argument("--output", choices=("json", "text"), default="text")
     p.set_defaults(func=cmd)

@@ -269,6 +269,26 @@ class LocalKafka(process.BrokerProcess):
             stderr=subprocess.STDOUT,
         )
 
+    def kill(self) -> None:
+        """SIGKILL the broker as a crash would, keeping its data dir and port for `restart`."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+
+    def restart(self) -> None:
+        """Start the killed broker again on the same data dir and port (no format: its data stays)."""
+        assert self._workdir is not None and self._port is not None, "restart() needs a started broker"
+        with open(self.log_path, "ab") as log:
+            broker = subprocess.Popen(
+                self._java_command("kafka.Kafka", str(self._workdir / "server.properties")),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self._process = broker
+        if not self._wait_ready(broker, self._port):
+            raise BrokerUnavailable(f"kafka did not restart: {process.log_summary(self.log_path)}")
+
     def _cleanup(self) -> None:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)

@@ -5,7 +5,9 @@ This module owns the probe contract the Helm chart relies on:
   a failing check names itself in the 503 body, so a restart has a reason;
 - `/readyz`: 503 until the component says it is ready (the source after its
   initial list is in the log, the actuator after its ledger is recovered);
-- `/metrics`: the Prometheus text format of the process's default registry.
+- `/metrics`: the Prometheus text format of the process's default registry;
+- any further GET routes a component adds (`routes=`), e.g. the worker's
+  materialized tables.
 
 Components record their own metrics where the effect happens; this module only
 adds `preemptctl_ready` and `preemptctl_build_info`.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -33,6 +35,8 @@ BUILD = Info("preemptctl_build", "The running preemptctl version.")
 
 # A liveness check returns None when healthy, else a one-line reason.
 LivenessCheck = Callable[[], str | None]
+# An extra GET route: (path, handler), path in aiohttp's syntax ("/clusters/{cluster}/pods").
+Route = tuple[str, Callable[[web.Request], Awaitable[web.StreamResponse]]]
 
 
 def _version() -> str:
@@ -86,8 +90,10 @@ class HealthServer:
         host: str = DEFAULT_HOST,
         port: int = DEFAULT_PORT,
         registry: CollectorRegistry = REGISTRY,
+        routes: Sequence[Route] = (),
     ) -> None:
         self.health = health
+        self._routes = tuple(routes)
         self._host = host
         self._port = port
         self._registry = registry
@@ -115,6 +121,8 @@ class HealthServer:
         app.router.add_get("/livez", self._livez)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
+        for path, handler in self._routes:
+            app.router.add_get(path, handler)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)

@@ -20,21 +20,41 @@ def is_kafka(location: str) -> bool:
 
 
 def read_events(location: str, *, on_bad: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Every event of a log, in order, each with its `cluster`."""
+    """Every event of a log, in order, each with its `cluster`.
+
+    From a topic, what the worker would dead-letter is left out the same way: a
+    record that does not decode or whose key is not its envelope's cluster, and
+    each event that is not event-shaped (the rest of its record is kept). Leaving a
+    rejected event out folds to the same result as rejecting it, since a rejected
+    event changes nothing (streams.pipeline.controller).
+    """
     if not is_kafka(location):
         return read_trace(Path(location))
     bootstrap, topic = reading.parse_topic_url(location)
 
+    def bad(where: str, why: str) -> None:
+        if on_bad is not None:
+            on_bad(f"{where}: {why}")
+
     async def collect() -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         async for m in reading.read_all(bootstrap, topic):
+            where = f"{topic}/{m.partition}@{m.offset}"
             try:
-                batch = records.decode_batch(m.value)
+                batch = records.decode_envelope(m.value)
             except records.DecodeError as exc:
-                if on_bad is not None:
-                    on_bad(f"{topic}/{m.partition}@{m.offset}: {exc}")
+                bad(where, str(exc))
                 continue
-            out.extend(dict(e, cluster=batch["cluster"]) for e in batch["events"])
+            problem = records.key_problem(m.key, batch)
+            if problem:
+                bad(where, problem)
+                continue
+            for i, event in enumerate(batch["events"]):
+                problem = event_problem(event)
+                if problem:
+                    bad(f"{where}[{i}]", problem)
+                    continue
+                out.append(dict(event, cluster=batch["cluster"]))
         return out
 
     return asyncio.run(collect())

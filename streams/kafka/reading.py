@@ -1,4 +1,5 @@
-"""Reading whole topics with a plain aiokafka consumer (replay, export, audit, worker recovery).
+"""Reading topics with a plain aiokafka consumer: whole topics (replay, export, audit) and
+bounded windows of one partition (`PartitionReader`, what the worker reads to open a partition).
 
 The embedded broker reports a partition's end short by the last record batch
 (DESIGN §11), so "read to the end" never trusts end offsets alone: it keeps
@@ -8,12 +9,15 @@ polling until the end offsets are reached *and* a poll comes back empty.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from streams.common.errors import UsageError
+from streams.kafka import topics
 
 # An empty poll this long after reaching the reported end means the topic is read.
 IDLE_POLL_MS = 300
@@ -21,6 +25,10 @@ IDLE_POLL_MS = 300
 FETCH_MAX_WAIT_MS = 50
 # How long to wait for a topic's metadata before calling it missing.
 METADATA_TIMEOUT_S = 10.0
+# One fetch may return a whole record of the largest size any topic accepts.
+MAX_PARTITION_FETCH_BYTES = 2 * topics.RECORD_MAX_BYTES
+# A backward search reads windows of this many offsets, growing 4x each time.
+BACKWARD_WINDOW = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,26 +89,101 @@ async def read_all(
         await consumer.stop()
 
 
-async def read_range(
-    bootstrap: str, topic: str, partition: int, start: int, end: int
-) -> AsyncIterator[Message]:
-    """Records of one partition with start <= offset < end, in order."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    try:
+class PartitionReader:
+    """Bounded reads of single partitions with one consumer: no read starts at a log's beginning
+    unless asked to. Use as an async context manager.
+    """
+
+    def __init__(self, bootstrap: str, *, read_committed: bool = False) -> None:
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            max_partition_fetch_bytes=MAX_PARTITION_FETCH_BYTES,
+            isolation_level="read_committed" if read_committed else "read_uncommitted",
+        )
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self._consumer.start()
+        except BaseException:
+            await self._consumer.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._consumer.stop()
+
+    async def partitions(self, topic: str) -> int:
+        """How many partitions `topic` has (0 when it does not exist)."""
+        await self._consumer._client.force_metadata_update()
+        return len(self._consumer.partitions_for_topic(topic) or ())
+
+    async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """(log start, end): the first offset held and one past the last, the end read, not trusted."""
         tp = TopicPartition(topic, partition)
+        self._consumer.assign([tp])
+        start = (await self._consumer.beginning_offsets([tp]))[tp]
+        end = (await self._consumer.end_offsets([tp]))[tp]
+        # The embedded broker reports the end short by the last batch: read past it.
+        async for m in self.read(topic, partition, end):
+            end = m.offset + 1
+        return start, end
+
+    async def read(
+        self, topic: str, partition: int, start: int, end: int | None = None
+    ) -> AsyncIterator[Message]:
+        """Records with start <= offset < end (None: up to the end as it is read), in order."""
+        if end is not None and start >= end:
+            return
+        tp = TopicPartition(topic, partition)
+        consumer = self._consumer
         consumer.assign([tp])
         consumer.seek(tp, start)
+        reported: int | None = None
         while True:
             batch = await consumer.getmany(tp, timeout_ms=IDLE_POLL_MS)
             msgs = batch.get(tp, [])
-            if not msgs and await consumer.position(tp) >= end:
-                return
+            if not msgs:
+                # Asked only after a poll: right after a seek, position() can leave the
+                # consumer unable to stop on the embedded broker.
+                position = await consumer.position(tp)
+                if end is None:
+                    if reported is None:
+                        reported = (await consumer.end_offsets([tp]))[tp]
+                    if position >= reported:
+                        return  # at the reported end and nothing more came: the end
+                elif position >= end:
+                    return  # only compacted-away records or transaction markers were left
+                continue
             for m in msgs:
-                if m.offset >= end:
+                if end is not None and m.offset >= end:
                     return
                 yield Message(m.partition, m.offset, m.key, m.value or b"", tuple(m.headers or ()))
-    finally:
-        await consumer.stop()
+                if end is not None and m.offset + 1 >= end:
+                    return
+
+    async def at(self, topic: str, partition: int, offset: int) -> Message | None:
+        """The record at `offset`, or None when the partition holds none there."""
+        async for m in self.read(topic, partition, offset, offset + 1):
+            return m if m.offset == offset else None
+        return None
+
+    async def last(
+        self, topic: str, partition: int, match: Callable[[Message], bool], *, start: int, end: int
+    ) -> Message | None:
+        """The last record in [start, end) that `match`es, read backwards in growing windows."""
+        hi, window = end, BACKWARD_WINDOW
+        while hi > start:
+            lo = max(start, hi - window)
+            found = None
+            async for m in self.read(topic, partition, lo, hi):
+                if match(m):
+                    found = m
+            if found is not None:
+                return found
+            hi, window = lo, window * 4
+        return None

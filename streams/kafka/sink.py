@@ -24,8 +24,9 @@ PRODUCER_ACKS = "all"
 # before the caller sees the failure and applies its own backoff.
 PRODUCER_REQUEST_TIMEOUT_MS = 30_000
 # Large enough for a ~1 MiB cluster-events batch, or a single Kubernetes object
-# at etcd's 1.5 MiB limit, within the topic's max.message.bytes.
-PRODUCER_MAX_REQUEST_BYTES = topics.CLUSTER_EVENTS_MAX_MESSAGE_BYTES
+# at etcd's 1.5 MiB limit, and equal to every topic's max.message.bytes
+# (streams.kafka.topics explains the limits end to end).
+PRODUCER_MAX_REQUEST_BYTES = topics.RECORD_MAX_BYTES
 
 Headers = Sequence[tuple[str, bytes]]
 

@@ -1,8 +1,9 @@
-"""The four topics and how a broker is named: what every component agrees on about Kafka.
+"""The topics and how a broker is named: what every component agrees on about Kafka.
 
 This module owns the topic names and their configs (`TOPICS`, `topic_specs`),
-`ensure_topics`, which creates the missing ones on any Kafka-protocol broker, and
-`parse_broker_url`, the one reading of `--broker kafka://host:port`.
+the record size limits every producer and topic share, `ensure_topics`, which
+creates the missing topics on any Kafka-protocol broker, `check_partitions`,
+and `parse_broker_url`, the one reading of `--broker kafka://host:port`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ CLUSTER_EVENTS = "preemption.cluster-events"
 DECISIONS = "preemption.decisions"
 EVICTIONS = "preemption.evictions"
 DEAD_LETTER = "preemption.dead-letter"
+# The worker's snapshots and decision heads (streams.pipeline.snapshot): compacted,
+# partition p holds what the worker of cluster-events partition p needs to open it.
+SNAPSHOTS = "preemption.snapshots"
 
 # One partition keeps each cluster's events in one total order, which is what makes
 # decisions a pure function of the log; more partitions only help many clusters.
@@ -34,10 +38,21 @@ AUDIT_RETENTION_MS = 90 * _DAY_MS
 # Long enough to triage a poison record after a long weekend; the dead-letter copy
 # holds the raw bytes, so it does not depend on the origin topic's retention.
 DEAD_LETTER_RETENTION_MS = 30 * _DAY_MS
-# The source batches events into records of at most ~1 MiB (DESIGN.md §5); Kafka's
-# default limit (1 MiB + 12 bytes) would reject a full batch once headers and the
-# record-batch overhead are added, so the cluster-events topic accepts twice that.
-CLUSTER_EVENTS_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
+# Record sizes, end to end. The source batches events into records of at most
+# ~1 MiB, but one Kubernetes object may be up to etcd's 1.5 MiB, so a record may
+# be ~1.5 MiB; Kafka's default limit (1 MiB + 12 bytes) would refuse it. Every
+# preemptctl topic therefore accepts RECORD_MAX_BYTES (max.message.bytes, which
+# bounds a whole record batch), every producer may send requests that large, and
+# what a producer puts in one record value is held to VALUE_MAX_BYTES, leaving
+# room for the key, headers and the batch framing. What does not fit: a decision
+# loses its explanation (a marker says so), a dead letter carries a reference to
+# its origin instead of the bytes (streams.pipeline.outbox).
+RECORD_MAX_BYTES = 2 * 1024 * 1024
+RECORD_OVERHEAD_BYTES = 64 * 1024
+VALUE_MAX_BYTES = RECORD_MAX_BYTES - RECORD_OVERHEAD_BYTES
+# Snapshot topic segments roll this often so the log cleaner can drop superseded
+# heads and tombstoned chunks (it never cleans the active segment).
+SNAPSHOTS_SEGMENT_MS = 6 * 60 * 60 * 1000
 
 # How long one admin request (list or create topics) may take before ensure_topics
 # gives up: covers a KRaft controller still electing itself right after start.
@@ -65,17 +80,25 @@ class TopicSpec:
 def topic_specs(
     *, partitions: int = DEFAULT_PARTITIONS, replication_factor: int = DEFAULT_REPLICATION_FACTOR
 ) -> tuple[TopicSpec, ...]:
-    """The four preemptctl topics (DESIGN.md §5) with the given partition count."""
+    """The preemptctl topics (DESIGN.md §5, and the worker's snapshots) with the given partition count.
+
+    Every topic has the same partition count: the worker writes the decisions, dead
+    letters and snapshots of cluster-events partition p to partition p.
+    """
     audit = (("cleanup.policy", "delete"), ("retention.ms", str(AUDIT_RETENTION_MS)))
+    size = ("max.message.bytes", str(RECORD_MAX_BYTES))
 
     def spec(name: str, *configs: tuple[str, str]) -> TopicSpec:
         return TopicSpec(name, partitions, replication_factor, configs)
 
     return (
-        spec(CLUSTER_EVENTS, *audit, ("max.message.bytes", str(CLUSTER_EVENTS_MAX_MESSAGE_BYTES))),
-        spec(DECISIONS, *audit),
+        spec(CLUSTER_EVENTS, *audit, size),
+        spec(DECISIONS, *audit, size),
         spec(EVICTIONS, *audit),
-        spec(DEAD_LETTER, ("cleanup.policy", "delete"), ("retention.ms", str(DEAD_LETTER_RETENTION_MS))),
+        spec(
+            DEAD_LETTER, ("cleanup.policy", "delete"), ("retention.ms", str(DEAD_LETTER_RETENTION_MS)), size
+        ),
+        spec(SNAPSHOTS, ("cleanup.policy", "compact"), ("segment.ms", str(SNAPSHOTS_SEGMENT_MS)), size),
     )
 
 
@@ -132,3 +155,45 @@ async def ensure_topics(bootstrap: str, topics: Iterable[TopicSpec] = TOPICS) ->
             detail = message[0] if message and message[0] else f"error code {code}"
             raise BrokerUnavailable(f"cannot create topic {topic} on {bootstrap}: {detail}")
     return created
+
+
+async def ensure_worker_topics(bootstrap: str) -> int:
+    """Make sure the worker can run: the topics exist, each with at least cluster-events' partitions.
+
+    The worker writes the output of cluster-events partition p to partition p of
+    the decisions, dead-letter and snapshots topics, so those need as many
+    partitions. Missing topics are created with cluster-events' count (a new
+    snapshots topic included). Returns that count; BrokerUnavailable (one line)
+    naming a topic with too few partitions.
+    """
+    counts = await partition_counts(bootstrap)
+    partitions = counts.get(CLUSTER_EVENTS) or DEFAULT_PARTITIONS
+    await ensure_topics(bootstrap, topic_specs(partitions=partitions))
+    counts = await partition_counts(bootstrap)
+    for name in (DECISIONS, DEAD_LETTER, SNAPSHOTS):
+        if counts.get(name, 0) < partitions:
+            raise BrokerUnavailable(
+                f"topic {name} has {counts.get(name, 0)} partition(s), fewer than {CLUSTER_EVENTS}'s "
+                f"{partitions}: the worker writes partition p's output to partition p"
+            )
+    return partitions
+
+
+async def partition_counts(bootstrap: str) -> dict[str, int]:
+    """Partitions per existing topic."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=ADMIN_REQUEST_TIMEOUT_MS)
+    try:
+        await admin.start()
+        try:
+            names = [t for t in await admin.list_topics() if not t.startswith("__")]
+            described = await admin.describe_topics(names) if names else []
+        finally:
+            await admin.close()
+    except KafkaError as e:
+        raise BrokerUnavailable(f"cannot reach {bootstrap}: {e}") from e
+    counts = {}
+    for topic in described:
+        name, parts = topic.get("topic"), topic.get("partitions")
+        if isinstance(name, str) and isinstance(parts, list) and not topic.get("error_code"):
+            counts[name] = len(parts)
+    return counts

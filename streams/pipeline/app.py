@@ -1,15 +1,24 @@
-"""`preemptctl worker`: the faust-streaming app around PartitionWorker.
+"""`preemptctl worker`: the faust-streaming app around the worker's partitions.
 
-One agent consumes preemption.cluster-events; on partition assignment the
-partition's store is opened. Input continues at the store's position + 1
-(DESIGN §3): records at or below it are skipped, and if faust's committed offset
-is past it (a lost or lagging store) the gap is read from the log first, so
-faust's committed offsets are only a lower bound. (Seeking faust's consumer is
-not used: its assignment flow moves the consumer to the committed offset after
-the hook runs.) Decisions go to preemption.decisions keyed by cluster, rejected
-input to preemption.dead-letter. With `--processing-guarantee exactly_once` (real Kafka
-only: the embedded broker has no transactions) faust sends decisions and
-commits offsets in one transaction.
+faust provides the consumer group: which cluster-events partitions this process
+owns, their records, and the rebalance signals. Everything else is
+streams.pipeline.partitions and streams.pipeline.worker: a newly assigned
+partition is opened in the background (its store or latest snapshot, the
+decisions published after it, the log after it folded to its end) and the
+process reports ready once all are; records at or below a partition's position
+are skipped, a gap before a record is read from the log first. The group's
+committed offsets are only where faust starts reading; the state's position is
+what counts (DESIGN §3).
+
+Publishing does not go through faust's producer. With `--processing-guarantee
+exactly_once` (real Kafka only: the embedded broker has no transactions) each
+partition has its own transactional producer (streams.pipeline.outbox), and a
+partition's decisions, dead letters and snapshots become visible together when
+its commit succeeds, before its store moves. faust's own exactly_once is not
+used: its transaction manager picks the transactional producer by the
+*destination* partition, through the consumer's metadata, which knows only the
+topics it consumes, so decisions would leave through its plain producer,
+outside any transaction; and its commits follow its own timer, not the store.
 """
 
 from __future__ import annotations
@@ -17,32 +26,47 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from collections.abc import Sequence
+import os
 from pathlib import Path
 from typing import Any
 
 import faust
-import orjson
 
 from engine import config as config_mod
 from schemas import records
-from schemas.records import DecisionRecord
 from streams.common import health as health_mod
 from streams.common import options
-from streams.kafka import reading
+from streams.common.errors import UsageError
 from streams.kafka import topics as kafka_topics
-from streams.pipeline import transport
+from streams.kafka.reading import PartitionReader
+from streams.pipeline import outbox as outbox_mod
+from streams.pipeline import tables, transport
+from streams.pipeline.faults import NONE, Faults
 from streams.pipeline.fold import tune_gc
-from streams.pipeline.worker import PartitionWorker, last_visible_decisions
+from streams.pipeline.outbox import KafkaOutbox, Outbox
+from streams.pipeline.partitions import Partitions
+from streams.pipeline.worker import CHECKPOINT_INTERVAL_S, Setup, SnapshotPolicy
 
 log = logging.getLogger("preemptctl.worker")
 
-# Group membership: low so a restarted worker rejoins quickly (the embedded
-# broker makes joins wait about half the session timeout, DESIGN §11).
+# Group membership. A member silent for the session timeout loses its partitions to
+# the others: low means a crashed worker's partitions move quickly, too low means a
+# busy or briefly paused one is thrown out. The embedded broker makes a join wait
+# about half of it (DESIGN §11), hence the low default; production may raise it.
 SESSION_TIMEOUT_S = 6.0
+# Heartbeats at most this far apart, and at least three per session timeout.
 HEARTBEAT_S = 1.0
-# faust commits acknowledged offsets this often; the store is the real resume point.
+# faust commits the offsets it has handed out this often; they are only where it
+# starts reading after a restart, the state's position is the real resume point.
 COMMIT_INTERVAL_S = 1.0
+# The process exits with this code when it must stop publishing (fenced by another
+# worker) or cannot open a partition: its supervisor restarts it.
+EXIT_FATAL = 3
+
+
+def transactional_id(group: str, partition: int) -> str:
+    """One per cluster-events partition: whoever owns the partition owns this id (and fences the rest)."""
+    return f"{group}-{records.CLUSTER_EVENTS}-{partition}"
 
 
 def build_app(
@@ -55,125 +79,98 @@ def build_app(
     app_id: str = "preemptctl-worker",
     health_host: str = health_mod.DEFAULT_HOST,
     health_port: int | None = None,
+    session_timeout: float = SESSION_TIMEOUT_S,
+    faults: Faults = NONE,
+    snapshots: SnapshotPolicy | None = None,
 ) -> faust.App:
     transport.register()
     app = faust.App(
         app_id,
         broker=f"{transport.SCHEME}://{bootstrap}",
         store="memory://",
-        processing_guarantee=guarantee,
-        broker_session_timeout=SESSION_TIMEOUT_S,
-        broker_heartbeat_interval=HEARTBEAT_S,
+        # faust only consumes; publishing and its guarantee are the worker's (above).
+        processing_guarantee="at_least_once",
+        broker_session_timeout=session_timeout,
+        broker_heartbeat_interval=min(HEARTBEAT_S, session_timeout / 3),
         broker_commit_interval=COMMIT_INTERVAL_S,
-        consumer_auto_offset_reset="earliest",
+        # Without a committed offset start at the end: opening a partition reads the
+        # log after its state itself, never the whole log through faust.
+        consumer_auto_offset_reset="latest",
         topic_allow_declare=False,
         topic_disable_leader=True,
         web_enabled=False,
         producer_acks=-1,
+        producer_max_request_size=kafka_topics.RECORD_MAX_BYTES,
     )
     events_topic = app.topic(records.CLUSTER_EVENTS, key_serializer="raw", value_serializer="raw")
-    decisions_topic = app.topic(records.DECISIONS, key_serializer="raw", value_serializer="raw")
-    dead_topic = app.topic(records.DEAD_LETTER, key_serializer="raw", value_serializer="raw")
-    workers: dict[int, PartitionWorker] = {}
-    # The agent and the assignment hook may both open a partition first: only one may.
-    opening = asyncio.Lock()
+    exactly_once = guarantee == "exactly_once"
+    shared: list[Any] = []  # at_least_once: one producer for every partition, started on first use
 
-    async def emit(decisions: Sequence[DecisionRecord]) -> None:
-        futures = [
-            await decisions_topic.send(key=d["cluster"].encode(), value=records.encode(d)) for d in decisions
-        ]
-        for fut in futures:
-            await fut  # acknowledged by the broker before the store moves on
+    async def new_outbox(partition: int) -> Outbox:
+        if exactly_once:
+            producer = await outbox_mod.start_transactional(bootstrap, transactional_id(app_id, partition))
+            return KafkaOutbox(producer, transactional=True, owns_producer=True, faults=faults)
+        if not shared:
+            producer = outbox_mod.new_producer(bootstrap)
+            await producer.start()
+            shared.append(producer)
+        return KafkaOutbox(shared[0], transactional=False, owns_producer=False, faults=faults)
 
-    async def dead_letter(k: bytes | None, value: bytes, headers: list[tuple[str, bytes]]) -> None:
-        fut = await dead_topic.send(key=k, value=value, headers=headers)
-        await fut
-        log.warning(
-            "dead-lettered %s: %s",
-            dict(headers).get("origin-offset", b"?").decode(),
-            dict(headers)["error"].decode(),
-        )
-
-    async def open_partition(partition: int) -> PartitionWorker:
-        async with opening:
-            existing = workers.get(partition)
-            if existing is not None:
-                return existing
-            return await _open(partition)
-
-    async def _open(partition: int) -> PartitionWorker:
-        visible = last_visible_decisions(
-            [
-                orjson.loads(m.value)
-                async for m in reading.read_all(
-                    bootstrap, records.DECISIONS, read_committed=guarantee == "exactly_once"
-                )
-            ]
-        )
-        worker = PartitionWorker.open(
-            partition=partition,
-            path=store_dir / f"cluster-events-{partition}",
-            config=config,
-            key=key,
-            emit=emit,
-            dead_letter=dead_letter,
-            visible=visible,
-        )
-        workers[partition] = worker
-        log.info(
-            "partition %d: resuming at offset %d (%d clusters restored)",
-            partition,
-            worker.resume_offset,
-            len(worker.controllers),
-        )
-        return worker
-
+    setup = Setup(
+        config=config,
+        key=key,
+        store_dir=store_dir,
+        reader=lambda: PartitionReader(bootstrap, read_committed=exactly_once),
+        outbox=new_outbox,
+        faults=faults,
+        snapshots=snapshots or SnapshotPolicy(),
+    )
     health = health_mod.Health("worker")
+
+    def fatal(exc: BaseException) -> None:
+        # Nothing is lost by stopping here: the store never reflects unpublished output.
+        log.critical("exiting for the supervisor to restart the worker: %s", exc)
+        logging.shutdown()
+        os._exit(EXIT_FATAL)
+
+    partitions = Partitions(setup, health=health, on_fatal=fatal)
 
     if health_port is not None:
 
         async def serve_health() -> None:
-            # Ready once the group is joined and the assigned partitions' state is recovered.
-            await health_mod.HealthServer(health, host=health_host, port=health_port).start()
+            await health_mod.HealthServer(
+                health, host=health_host, port=health_port, routes=tables.routes(partitions)
+            ).start()
 
         app.task(serve_health)
+
+    async def commit_due() -> None:
+        await partitions.tick()
+
+    app.timer(interval=CHECKPOINT_INTERVAL_S)(commit_due)
 
     @app.agent(events_topic)
     async def fold(stream: Any) -> None:
         async for event in stream.events():
             msg = event.message
-            worker = await open_partition(msg.partition)
-            if msg.offset > worker.resume_offset:
-                # Input is ahead of the state (the group's committed offset is past the
-                # store, e.g. the store was lost): replay the gap from the log first.
-                log.warning(
-                    "partition %d: input at %d but state ends at %d: replaying the gap from the log",
-                    msg.partition,
-                    msg.offset,
-                    worker.position,
-                )
-                async for gap in reading.read_range(
-                    bootstrap, records.CLUSTER_EVENTS, msg.partition, worker.resume_offset, msg.offset
-                ):
-                    await worker.process(gap.offset, gap.key, gap.value)
-                worker.position = max(worker.position, msg.offset - 1)  # offsets the log no longer has
-            await worker.process(msg.offset, msg.key, msg.value)
+            await partitions.handle(msg.partition, msg.offset, msg.key, msg.value)
+
+    def _ours(tps: Any) -> list[int]:
+        return sorted(tp.partition for tp in tps if tp.topic == records.CLUSTER_EVENTS)
 
     @app.on_partitions_assigned.connect
     async def on_assigned(sender: Any, /, *args: Any, signal: Any = None, **kwargs: Any) -> None:
-        assigned: set[Any] = kwargs.get("assigned") or (args[0] if args else set())
-        for tp in sorted(assigned):
-            if tp.topic != records.CLUSTER_EVENTS:
-                continue
-            await open_partition(tp.partition)
-        health.set_ready()
+        await partitions.assign(_ours(kwargs.get("assigned") or (args[0] if args else set())))
 
     @app.on_partitions_revoked.connect
     async def on_revoked(sender: Any, /, *args: Any, signal: Any = None, **kwargs: Any) -> None:
-        revoked: set[Any] = kwargs.get("revoked") or (args[0] if args else set())
-        for tp in revoked:
-            if tp.topic == records.CLUSTER_EVENTS and tp.partition in workers:
-                workers.pop(tp.partition).close()
+        await partitions.revoke(_ours(kwargs.get("revoked") or (args[0] if args else set())))
+
+    @app.on_before_shutdown.connect
+    async def on_shutdown(sender: Any, /, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+        await partitions.close()
+        for producer in shared:
+            await producer.stop()
 
     return app
 
@@ -183,6 +180,16 @@ def cmd(args: argparse.Namespace) -> int:
     tune_gc()
     config = options.load_config(args.config)
     key = options.load_key(args.hmac_key_file)
+    try:
+        faults = Faults.parse(args.inject_fault or ())
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.session_timeout <= 0:
+        raise UsageError(f"--session-timeout must be positive, got {args.session_timeout}")
+    try:
+        asyncio.run(kafka_topics.ensure_worker_topics(bootstrap))
+    except kafka_topics.BrokerUnavailable as exc:
+        raise UsageError(str(exc)) from exc
     app = build_app(
         bootstrap=bootstrap,
         store_dir=Path(args.store_dir),
@@ -192,6 +199,11 @@ def cmd(args: argparse.Namespace) -> int:
         app_id=args.group,
         health_host=args.health_host,
         health_port=args.health_port,
+        session_timeout=args.session_timeout,
+        faults=faults,
+        snapshots=SnapshotPolicy(min_events=args.snapshot_every, events_per_object=0)
+        if args.snapshot_every
+        else None,
     )
     worker = faust.Worker(app, loglevel=args.log_level, quiet=True)
     worker.execute_from_commandline()
@@ -213,9 +225,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--config", help="engine config YAML (conformance/FORMAT.md config keys)")
     p.add_argument("--hmac-key-file", help="sign decision records with this key")
     p.add_argument(
-        "--processing-guarantee", choices=("at_least_once", "exactly_once"), default="at_least_once"
+        "--processing-guarantee",
+        choices=("at_least_once", "exactly_once"),
+        default="at_least_once",
+        help="exactly_once: transactional publishing and fencing (Kafka with transactions only)",
     )
     p.add_argument("--group", default="preemptctl-worker", help="consumer group / faust app id")
+    p.add_argument(
+        "--session-timeout",
+        type=float,
+        default=SESSION_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"consumer group session timeout (default {SESSION_TIMEOUT_S:g})",
+    )
     p.add_argument("--log-level", default="warning")
+    # Fault injection for tests/chaos (streams.pipeline.faults): KIND=N, repeatable.
+    p.add_argument("--inject-fault", action="append", metavar="KIND=N", help=argparse.SUPPRESS)
+    # Snapshot every N events instead of the size-scaled policy (tests, benchmarks).
+    p.add_argument("--snapshot-every", type=int, metavar="EVENTS", help=argparse.SUPPRESS)
     health_mod.add_arguments(p)
     p.set_defaults(func=cmd)

@@ -2,7 +2,9 @@
 
 `fold` replays a log exactly as recorded (the audit path of `preemptctl replay`);
 `Fleet` is the per-cluster controller map it shares with the simulated cluster
-(`streams.sim.simulator.simulate`) and `preemptctl run`.
+(`streams.sim.simulator.simulate`) and `preemptctl run`. An event the worker
+would dead-letter is rejected here the same way (BadEvent, the controller
+unchanged), so every path folds the same inputs to the same decisions.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class Fleet:
         self.controllers: dict[str, Controller] = {}
 
     def handle(self, event: Mapping[str, Any]) -> list[DecisionRecord]:
+        if not isinstance(event, Mapping):
+            raise BadEvent("event is not an object")
         name = str(event.get("cluster") or DEFAULT_CLUSTER)
         ctl = self.controllers.get(name)
         if ctl is None:

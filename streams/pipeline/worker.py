@@ -1,29 +1,47 @@
-"""The worker: a faust-streaming app that folds cluster-events into state and emits decisions.
+"""One cluster-events partition's worker: fold, publish, commit, snapshot, and open again after anything.
 
-`PartitionWorker` owns one cluster-events partition: its controllers (one per
-cluster in the partition), its rocksdict store and the log position the store
-reflects, and the rules that keep decisions exactly-once in effect:
-- input resumes at the store's recorded position + 1 (not the group's committed
-  offset), so state and input cannot drift apart (DESIGN §3);
-- decisions are sent and acknowledged before the store moves past their record
-  (at-least-once), and decisions already visible in the decisions topic (matched
-  by sequence number and id) are not sent again, so a restart doubles none; the
-  store is written every CHECKPOINT_INTERVAL_S, and a crash in between only
-  means re-folding a little log;
-- if the store is ahead of the visible decisions (a crash after the store write
-  but before the decisions became visible, e.g. an aborted transaction), the
-  store is discarded and the partition is re-derived from the start of the log:
-  the replayed decisions are byte-identical, and the missing ones are sent.
-Malformed records and events go to the dead-letter topic with their origin.
-
-The faust app (streams.pipeline.app) is the thin transport around it.
+`PartitionWorker` owns partition p: its controllers (one per cluster keyed to
+p), its rocksdict store, the outbox its records go through, and the rules that
+keep the published log and the state in step:
+- Folding is per event and atomic (streams.pipeline.controller): an event that
+  cannot be folded or decided is dead-lettered with its origin (offset and
+  index) and the rest of its record goes on. A record that does not decode, or
+  whose key is not its envelope's cluster, is dead-lettered whole.
+- Decisions and dead letters are queued to the outbox as they are made; a
+  commit (every CHECKPOINT_INTERVAL_S, at most CHECKPOINT_MAX_RECORDS records
+  apart) waits until they are published (acknowledged, or the transaction
+  committed) and only then writes the store. The store therefore never reflects
+  a record whose output is not in the log. A failed send breaks the worker
+  (PartitionBroken): nothing more is folded or stored, and the owner reopens the
+  partition from its store (streams.pipeline.partitions), which re-derives the
+  same decisions byte for byte. A failed store write keeps the changes it did
+  not write for the next commit.
+- Each commit also records `decisionsNext`, the decisions offset after the last
+  decision published. Opening reads the decisions written from there to the
+  end (a bounded read: what was published after the state's commit) and does
+  not send those again.
+- Opening takes the newest of the local store and the latest snapshot in
+  Kafka (streams.pipeline.snapshot) whose position belongs to the
+  cluster-events topic as it is now: the state records the fingerprint of the
+  record at its position, and a position past the end or a record that differs
+  means the topic was recreated (the state is discarded). Then the log after
+  the position is folded to its end (`catch_up`). Nothing reads a topic from its
+  beginning, except a partition that has no state at all yet.
+- After a commit, a snapshot is written when enough events were folded since
+  the last one (SnapshotPolicy), so recovery time is bounded by the snapshot
+  interval, and retention may delete the log before the latest snapshot.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,10 +49,16 @@ from typing import Any
 import orjson
 from prometheus_client import Counter, Gauge, Histogram
 
+from engine import flows
 from engine.config import Config
 from schemas import records
-from schemas.records import DecisionRecord
-from streams.pipeline.controller import BadEvent, Controller
+from streams.kafka import topics
+from streams.pipeline import outbox as outbox_mod
+from streams.pipeline import snapshot
+from streams.pipeline.controller import BadEvent, Controller, Decide
+from streams.pipeline.faults import Faults
+from streams.pipeline.outbox import Fenced, Origin, Outbox, Outgoing, SendFailed
+from streams.pipeline.snapshot import Manifest, Reader
 from streams.pipeline.store import Store
 
 log = logging.getLogger("preemptctl.worker")
@@ -50,192 +74,491 @@ RECORD_SECONDS = Histogram(
     "Time to fold one cluster-events record, decide and checkpoint.",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )
-# The store is written at most this often (and after this many records): writing
-# the controller state per record would cap small records at ~1k/s. A crash loses
-# nothing: input resumes after the store's position and the decisions already in
-# the topic are not sent again.
+POSITION = Gauge("preemptctl_worker_position", "The cluster-events offset the store reflects.", ["partition"])
+SEND_FAILURES = Counter(
+    "preemptctl_worker_send_failures_total", "Sends or commits that failed (the partition was reopened)."
+)
+STORE_FAILURES = Counter(
+    "preemptctl_worker_store_write_failures_total", "Store writes that failed (retried at the next commit)."
+)
+SNAPSHOTS = Counter("preemptctl_worker_snapshots_total", "Snapshots written to Kafka.")
+SNAPSHOT_SECONDS = Histogram(
+    "preemptctl_worker_snapshot_seconds",
+    "Time to write one snapshot.",
+    buckets=(0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+OPEN_SECONDS = Histogram(
+    "preemptctl_worker_open_seconds",
+    "Time to open a partition: state from the store or a snapshot, and the published decisions after it.",
+    buckets=(0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+)
+LOG_GAPS = Counter(
+    "preemptctl_worker_log_gaps_total",
+    "Partitions opened with events missing between their state and the log start (retention).",
+)
+DIVERGENT = Counter(
+    "preemptctl_worker_divergent_decisions_total",
+    "Re-derived decisions whose bytes differ from the published record with the same id.",
+)
+
+# The store is written (after the outputs are published) at most this often, and after
+# this many records: writing it per record would cap small records at ~1k/s. A crash
+# in between only means re-folding a little log; nothing published is sent twice.
 CHECKPOINT_INTERVAL_S = 0.2
 CHECKPOINT_MAX_RECORDS = 1000
 
 
-POSITION = Gauge("preemptctl_worker_position", "The cluster-events offset the store reflects.", ["partition"])
-
-Emit = Callable[[Sequence[DecisionRecord]], Awaitable[None]]
-DeadLetter = Callable[[bytes | None, bytes, list[tuple[str, bytes]]], Awaitable[None]]
+class PartitionBroken(RuntimeError):
+    """A send or commit failed: this worker's state may be ahead of the log; reopen it from its store."""
 
 
-def origin_headers(
-    topic: str, partition: int, offset: int, error: Exception, index: int | None = None
-) -> list[tuple[str, bytes]]:
-    where = str(offset) if index is None else f"{offset}"
-    headers = [
-        ("origin-topic", topic.encode()),
-        ("origin-partition", str(partition).encode()),
-        ("origin-offset", where.encode()),
-        ("error-class", type(error).__name__.encode()),
-        ("error", str(error)[:1000].encode()),
-    ]
-    if index is not None:
-        headers.append(("origin-index", str(index).encode()))
-    return headers
+@dataclass(frozen=True)
+class SnapshotPolicy:
+    """When a snapshot is written: recovery replays at most the events folded since the last one."""
+
+    # Small clusters: at most this many events between snapshots (~4 s of replay).
+    min_events: int = 100_000
+    # Large clusters: a snapshot per this many events per object held, so replaying the
+    # log after a snapshot costs about as much as loading the snapshot itself.
+    events_per_object: float = 1.0
 
 
-@dataclass(slots=True)
-class PartitionWorker:
-    partition: int
-    store: Store
+@dataclass(frozen=True)
+class Setup:
+    """What every partition of one worker process shares."""
+
     config: Config
     key: bytes | None
-    emit: Emit
-    dead_letter: DeadLetter
-    position: int = -1  # the last cluster-events offset reflected in the store
+    store_dir: Path
+    # A fresh reader of single partitions (read_committed under exactly_once).
+    reader: Callable[[], AbstractAsyncContextManager[Reader]]
+    # The outbox for a partition; under exactly_once creating it fences the previous owner.
+    outbox: Callable[[int], Awaitable[Outbox]]
+    faults: Faults = field(default_factory=Faults)
+    decide: Decide = flows.decide
+    snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
+
+
+def fingerprint(key: bytes | None, value: bytes) -> str:
+    """Identifies a record of one topic incarnation: another topic's record at that offset differs."""
+    return hashlib.blake2b((key or b"") + b"\0" + value, digest_size=16).hexdigest()
+
+
+class Published:
+    """Decisions found in the decisions topic after the state's commit: not sent again."""
+
+    def __init__(self) -> None:
+        self._hashes: dict[str, str] = {}
+
+    def add(self, value: bytes) -> None:
+        try:
+            d = orjson.loads(value)
+            self._hashes[str(d["id"])] = str(d["hash"])
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return  # not a decision record: nothing of ours
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    def seen(self, d: Mapping[str, Any]) -> bool:
+        published = self._hashes.pop(str(d["id"]), None)
+        if published is None:
+            return False
+        if published != d["hash"]:
+            # Determinism is the contract (DESIGN §3.1): say so loudly, keep the published one.
+            DIVERGENT.inc()
+            log.error(
+                "re-derived decision %s differs from the published record (hash %s, not %s)",
+                d["id"],
+                d["hash"],
+                published,
+            )
+        return True
+
+
+@dataclass
+class PartitionWorker:
+    partition: int
+    setup: Setup
+    store: Store
+    outbox: Outbox
     controllers: dict[str, Controller] = field(default_factory=dict)
-    # cluster -> (highest decision seq already in the topic, ids at that seq). One TICK
-    # can decide for several waiting pods, so several decisions may share a seq.
-    visible: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)
+    position: int = -1  # the last cluster-events offset folded (in memory)
+    committed: int = -1  # the last offset whose outputs are published
+    stored: int = -1  # the last offset the store reflects
+    decisions_next: int | None = None  # decisions offset after the last decision published
+    manifest: Manifest | None = None  # the latest snapshot of this partition
+    since_snapshot: int = 0  # events folded since it
+    published: Published = field(default_factory=Published)
+    broken: str | None = None  # why the worker stopped counting (a failed send or commit)
+    fenced: bool = False  # ... because another worker took the partition over
     events: int = 0
     decisions_sent: int = 0
     dead_letters: int = 0
-    stored: int = -1  # the position written to the store
-    _last_write: float = 0.0
+    _fingerprint: str = ""  # of the record at `committed`
+    _last: tuple[bytes | None, bytes] | None = None  # the record at `position`
+    _sent: list[Outgoing] = field(default_factory=list)  # since the last commit
+    _last_commit: float = 0.0
+    _closed: bool = False
+    # process() and commit() each run whole: a commit must not interleave with a record
+    # being folded and queued (the owner's timer commits while the transport may feed).
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    # ---- opening ---------------------------------------------------------------------------
 
     @classmethod
-    def open(
-        cls,
-        *,
-        partition: int,
-        path: Path,
-        config: Config,
-        key: bytes | None,
-        emit: Emit,
-        dead_letter: DeadLetter,
-        visible: Mapping[str, tuple[int, frozenset[str]]],
-    ) -> PartitionWorker:
-        store = Store(path)
-        state = store.state()
-        worker = cls(partition, store, config, key, emit, dead_letter, visible=dict(visible))
-        if state is not None:
-            clusters = state.get("clusters", {})
-            ahead = [c for c, s in clusters.items() if not _already_visible(s, visible.get(c))]
-            if ahead:
+    async def open(cls, *, partition: int, setup: Setup) -> PartitionWorker:
+        """The partition's state from the newer of its store and its latest snapshot; not caught up yet."""
+        started = time.perf_counter()
+        outbox = await setup.outbox(partition)  # under exactly_once: fences the previous owner first
+        try:
+            async with setup.reader() as reader:
+                worker = await cls._load(partition, setup, outbox, reader)
+        except BaseException:
+            await outbox.close()
+            raise
+        OPEN_SECONDS.observe(time.perf_counter() - started)
+        log.info(
+            "partition %d: opened at offset %d (%d clusters, %d published decisions after it) in %.2fs",
+            partition,
+            worker.position,
+            len(worker.controllers),
+            len(worker.published),
+            time.perf_counter() - started,
+        )
+        return worker
+
+    @classmethod
+    async def _load(cls, partition: int, setup: Setup, outbox: Outbox, reader: Reader) -> PartitionWorker:
+        path = setup.store_dir / f"cluster-events-{partition}"
+        start, end = await reader.bounds(topics.CLUSTER_EVENTS, partition)
+        store = Store(path, faults=setup.faults)
+        try:
+            state = store.state()
+            if state is not None and not await _belongs(reader, partition, state, start, end):
                 log.warning(
-                    "store of partition %d is ahead of the visible decisions of %s: "
-                    "re-deriving from the log start",
-                    partition,
-                    ", ".join(sorted(ahead)),
+                    "partition %d: the local store is of another cluster-events topic: dropped", partition
                 )
                 store.close()
                 Store.destroy(path)
-                return cls.open(
-                    partition=partition,
-                    path=path,
-                    config=config,
-                    key=key,
-                    emit=emit,
-                    dead_letter=dead_letter,
-                    visible=visible,
+                store, state = Store(path, faults=setup.faults), None
+            local = int(state["position"]) if state is not None else -1
+            latest = await snapshot.latest(reader, partition)
+            manifest = latest if latest is not None and latest.position <= local else None
+            for candidate in (latest, latest.previous) if manifest is None and latest is not None else ():
+                if candidate is None or candidate.position <= local:
+                    break
+                try:
+                    loaded, entries = await snapshot.load(reader, candidate)
+                except snapshot.Unreadable as exc:
+                    log.warning("partition %d: %s", partition, exc)
+                    continue
+                if not await _belongs(reader, partition, loaded, start, end):
+                    log.warning(
+                        "partition %d: the snapshot at %d is of another topic", partition, candidate.position
+                    )
+                    continue
+                log.info(
+                    "partition %d: loading the snapshot at %d (store at %d)",
+                    partition,
+                    candidate.position,
+                    local,
                 )
-            for name, cstate in sorted(clusters.items()):
-                worker.controllers[name] = Controller.restore(
-                    config=config, key=key, state=cstate, objects_raw=list(store.objects(name))
+                store.close()
+                store = Store.replace(path, loaded, entries)
+                state, manifest = loaded, candidate
+                break
+            worker = cls(partition, setup, store, outbox, manifest=manifest)
+            if state is not None:
+                worker._restore(state)
+            if worker.position + 1 < start:
+                LOG_GAPS.inc()
+                log.error(
+                    "partition %d: the state ends at %d but the log starts at %d: the events between are "
+                    "gone (retention ran ahead of snapshots); folding on from the log start",
+                    partition,
+                    worker.position,
+                    start,
                 )
-            worker.position = worker.stored = int(state["position"])
+                worker.position = worker.committed = start - 1
+            await worker._read_published(reader)
+        except BaseException:
+            store.close()
+            raise
         return worker
+
+    def _restore(self, state: Mapping[str, Any]) -> None:
+        for name, cstate in sorted(state.get("clusters", {}).items()):
+            self.controllers[name] = Controller.restore(
+                config=self.setup.config,
+                key=self.setup.key,
+                state=cstate,
+                objects_raw=list(self.store.objects(name)),
+                decide=self.setup.decide,
+            )
+        self.position = self.committed = self.stored = int(state["position"])
+        self._fingerprint = str(state.get("fingerprint", ""))
+        next_offset = state.get("decisionsNext")
+        self.decisions_next = None if next_offset is None else int(next_offset)
+        at_snapshot = self.manifest is not None and self.manifest.position == self.position
+        self.since_snapshot = 0 if at_snapshot else int(state.get("sinceSnapshot", 0))
+
+    async def _read_published(self, reader: Reader) -> None:
+        """The decisions published after the state's commit (by this worker before it stopped, or another)."""
+        start, end = await reader.bounds(records.DECISIONS, self.partition)
+        first = start if self.decisions_next is None else self.decisions_next
+        if first > end:
+            log.warning(
+                "partition %d: the decisions topic ends at %d, before the state's %d: it was recreated",
+                self.partition,
+                end,
+                first,
+            )
+            return
+        async for m in reader.read(records.DECISIONS, self.partition, max(first, start), end):
+            self.published.add(m.value)
 
     @property
     def resume_offset(self) -> int:
         return self.position + 1
 
+    async def catch_up(self, until: int | None = None) -> None:
+        """Fold the log after the state up to `until` (None: to its end), then commit."""
+        async with self.setup.reader() as reader:
+            async for m in reader.read(topics.CLUSTER_EVENTS, self.partition, self.position + 1, until):
+                await self.process(m.offset, m.key, m.value)
+        await self.commit()
+
+    # ---- folding ---------------------------------------------------------------------------
+
     def _controller(self, name: str) -> Controller:
         ctl = self.controllers.get(name)
         if ctl is None:
-            ctl = self.controllers[name] = Controller(name, self.config, self.key)
+            ctl = self.controllers[name] = Controller(
+                name, self.setup.config, self.setup.key, self.setup.decide
+            )
         return ctl
 
     async def process(self, offset: int, key: bytes | None, value: bytes) -> None:
-        if offset <= self.position:
-            return  # already reflected in the store (re-delivery after a restart)
-        started = time.perf_counter()
-        out: list[DecisionRecord] = []
-        try:
-            batch = records.decode_batch(value)
-        except records.DecodeError as exc:
-            self.dead_letters += 1
-            await self.dead_letter(
-                key, value, origin_headers(records.CLUSTER_EVENTS, self.partition, offset, exc)
-            )
-        else:
-            ctl = self._controller(batch["cluster"])
-            for i, event in enumerate(batch["events"]):
-                try:
-                    decisions = ctl.handle(event)
-                except BadEvent as exc:
-                    self.dead_letters += 1
-                    DEAD_LETTERS.inc()
-                    await self.dead_letter(
-                        key,
-                        orjson.dumps(event),
-                        origin_headers(records.CLUSTER_EVENTS, self.partition, offset, exc, i),
-                    )
-                    continue
-                seen_seq, seen_ids = self.visible.get(ctl.cluster_name, (-1, frozenset()))
-                out.extend(
-                    d
-                    for d in decisions
-                    if d["seq"] > seen_seq or (d["seq"] == seen_seq and d["id"] not in seen_ids)
-                )
-            self.events += len(batch["events"])
-            EVENTS.inc(len(batch["events"]))
-        if out:
-            await self.emit(out)  # acknowledged before the store moves past this record
-            self.decisions_sent += len(out)
-            for d in out:
-                DECISIONS.labels(d["outcome"]).inc()
-        self.position = offset
-        now = time.monotonic()
-        if now - self._last_write >= CHECKPOINT_INTERVAL_S or offset - self.stored >= CHECKPOINT_MAX_RECORDS:
-            self.checkpoint()
-        RECORDS.inc()
-        RECORD_SECONDS.observe(time.perf_counter() - started)
+        """Fold one record and queue what it leads to; commit when one is due."""
+        async with self._lock:
+            if self.broken is not None:
+                raise PartitionBroken(self.broken)
+            if offset <= self.position:
+                return  # already folded (re-delivery after a restart or a reopen)
+            started = time.perf_counter()
+            for record in self._fold(offset, key, value):
+                await self._send(record)
+            self.position = offset
+            self._last = (key, value)
+            RECORDS.inc()
+            if offset - self.committed >= CHECKPOINT_MAX_RECORDS or self.commit_due():
+                await self._commit()
+            RECORD_SECONDS.observe(time.perf_counter() - started)
 
-    def checkpoint(self) -> None:
-        """Write the state and the position it reflects, atomically."""
-        if self.stored == self.position:
+    def commit_due(self) -> bool:
+        """Is there something to commit, and was the last commit CHECKPOINT_INTERVAL_S ago?"""
+        pending = self.position != self.committed or self.stored != self.committed
+        return pending and time.monotonic() - self._last_commit >= CHECKPOINT_INTERVAL_S
+
+    def _fold(self, offset: int, key: bytes | None, value: bytes) -> list[Outgoing]:
+        origin = Origin(records.CLUSTER_EVENTS, self.partition, offset)
+        try:
+            batch = records.decode_envelope(value)
+        except records.DecodeError as exc:
+            return [self._dead(key, value, origin, "DecodeError", str(exc))]
+        problem = records.key_problem(key, batch)
+        if problem:
+            return [self._dead(key, value, origin, "KeyMismatch", problem)]
+        ctl = self._controller(batch["cluster"])
+        out: list[Outgoing] = []
+        for i, event in enumerate(batch["events"]):
+            try:
+                decisions = ctl.handle(event)
+            except BadEvent as exc:
+                where = dataclasses.replace(origin, index=i)
+                out.append(self._dead(key, orjson.dumps(event), where, exc.error_class, str(exc)))
+                continue
+            for d in decisions:
+                if not self.published.seen(d):
+                    encoded = ctl.encoded.get(d["id"])
+                    out.append(outbox_mod.decision(d, partition=self.partition, encoded=encoded))
+                    DECISIONS.labels(d["outcome"]).inc()
+        n = len(batch["events"])
+        self.events += n
+        self.since_snapshot += n
+        EVENTS.inc(n)
+        return out
+
+    def _dead(
+        self, key: bytes | None, value: bytes, origin: Origin, error_class: str, error: str
+    ) -> Outgoing:
+        self.dead_letters += 1
+        DEAD_LETTERS.inc()
+        where = f"{origin.offset}" if origin.index is None else f"{origin.offset}[{origin.index}]"
+        log.warning("partition %d: dead-lettered %s: %s", self.partition, where, error)
+        return outbox_mod.dead_letter(
+            key=key,
+            value=value,
+            origin=origin,
+            error_class=error_class,
+            error=error,
+            partition=self.partition,
+        )
+
+    async def _send(self, record: Outgoing) -> None:
+        try:
+            await self.outbox.send(record)
+        except SendFailed as exc:
+            self._break(exc)
+            raise PartitionBroken(self.broken) from exc
+        self._sent.append(record)
+        if record.topic == records.DECISIONS:
+            self.decisions_sent += 1
+
+    def _break(self, exc: BaseException) -> None:
+        SEND_FAILURES.inc()
+        self.broken = f"{type(exc).__name__}: {exc}"
+        self.fenced = isinstance(exc, Fenced)
+        log.warning(
+            "partition %d: %s; nothing after offset %d counts", self.partition, self.broken, self.committed
+        )
+
+    # ---- committing ------------------------------------------------------------------------
+
+    async def commit(self) -> None:
+        """Publish everything queued, then write the store; a snapshot after, when one is due.
+
+        Called after records (when due), by the owner's timer (a partition that went
+        quiet must still publish: under exactly_once nothing is visible before its
+        commit), and on revocation and close.
+        """
+        async with self._lock:
+            await self._commit()
+
+    async def _commit(self) -> None:
+        if self.broken is not None:
+            raise PartitionBroken(self.broken)
+        self._last_commit = time.monotonic()
+        if self.position == self.committed and not self._sent:
+            if self.stored != self.committed:
+                self._write_store()  # a failed write is retried even when nothing new came
             return
-        offset = self.position
-        self._last_write = time.monotonic()
-        self.stored = offset
-        POSITION.labels(str(self.partition)).set(offset)
-        dirty = {name: ctl.take_dirty() for name, ctl in self.controllers.items()}
-        state = {
-            "position": offset,
+        try:
+            offsets = await self.outbox.flush()
+            await self.outbox.commit()
+        except SendFailed as exc:
+            self._break(exc)
+            raise PartitionBroken(self.broken) from exc
+        sent, self._sent = self._sent, []
+        decided = outbox_mod.sent_offsets(sent, offsets, records.DECISIONS)
+        if decided:
+            self.decisions_next = max(decided) + 1
+        self.committed = self.position
+        if self._last is not None:
+            self._fingerprint = fingerprint(*self._last)
+        self._write_store()
+        if self._snapshot_due():
+            await self._snapshot()
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "position": self.committed,
+            "fingerprint": self._fingerprint,
+            "decisionsNext": self.decisions_next,
+            "sinceSnapshot": self.since_snapshot,
             "clusters": {name: ctl.state() for name, ctl in sorted(self.controllers.items())},
         }
-        self.store.write(dirty, state)
 
-    def close(self) -> None:
-        self.checkpoint()
-        self.store.close()
+    def _write_store(self) -> None:
+        try:
+            self.store.write({name: ctl.dirty for name, ctl in self.controllers.items()}, self._state())
+        except Exception as exc:  # a full disk, an I/O error, an injected fault
+            # The changes stay marked dirty: the next commit writes them with its own.
+            STORE_FAILURES.inc()
+            log.error(
+                "partition %d: store write failed (%s); retried at the next commit", self.partition, exc
+            )
+            return
+        for ctl in self.controllers.values():
+            ctl.take_dirty()
+        self.stored = self.committed
+        POSITION.labels(str(self.partition)).set(self.committed)
+
+    # ---- snapshots -------------------------------------------------------------------------
+
+    def _snapshot_due(self) -> bool:
+        if self.since_snapshot == 0 or self.stored != self.committed:
+            return False
+        if self.manifest is None:
+            return True  # the first one right away, while the state is small
+        objects = sum(len(c.cluster.pods) + len(c.cluster.nodes) for c in self.controllers.values())
+        policy = self.setup.snapshots
+        return self.since_snapshot >= max(policy.min_events, policy.events_per_object * objects)
+
+    async def _snapshot(self) -> None:
+        if self.manifest is not None and self.manifest.position >= self.stored:
+            return
+        state = self.store.state()
+        if state is None:
+            return
+        started = time.perf_counter()
+        try:
+            manifest = await snapshot.write(
+                self.outbox,
+                partition=self.partition,
+                state=state,
+                entries=self.store.entries(),
+                previous=self.manifest,
+            )
+        except SendFailed as exc:
+            if isinstance(exc, Fenced):
+                self._break(exc)
+                raise PartitionBroken(self.broken) from exc
+            log.warning("partition %d: snapshot at %d not written (%s)", self.partition, self.stored, exc)
+            with contextlib.suppress(SendFailed):
+                await self.outbox.abort()
+            return
+        self.manifest = manifest
+        self.since_snapshot = 0
+        SNAPSHOTS.inc()
+        SNAPSHOT_SECONDS.observe(time.perf_counter() - started)
+        log.info(
+            "partition %d: snapshot at %d written (%d chunks) in %.2fs",
+            self.partition,
+            manifest.position,
+            len(manifest.chunks),
+            time.perf_counter() - started,
+        )
+
+    # ---- closing ---------------------------------------------------------------------------
+
+    async def close(self, *, commit: bool = True) -> None:
+        """Commit (unless broken or told not to) and release the store and the outbox; once."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if commit and self.broken is None:
+                await self.commit()
+        finally:
+            if self.broken is not None or not commit:
+                with contextlib.suppress(SendFailed):
+                    await self.outbox.abort()
+            with contextlib.suppress(SendFailed):
+                await self.outbox.close()
+            self.store.close()
 
 
-def _already_visible(state: Mapping[str, Any], seen: tuple[int, frozenset[str]] | None) -> bool:
-    """Is the store's last decision already in the decisions topic (or did it make none)?"""
-    last_seq = int(state.get("lastDecisionSeq", -1))
-    if last_seq < 0:
+async def _belongs(reader: Reader, partition: int, state: Mapping[str, Any], start: int, end: int) -> bool:
+    """Does a state's position belong to the cluster-events topic as it is now (not a recreated one)?"""
+    position = int(state.get("position", -1))
+    if position < 0:
         return True
-    if seen is None or last_seq > seen[0]:
-        return False
-    return last_seq < seen[0] or state.get("lastDecisionId") in seen[1]
-
-
-def last_visible_decisions(decisions: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, frozenset[str]]]:
-    """Per cluster: the highest decision seq in the topic and the ids recorded at that seq."""
-    top: dict[str, int] = {}
-    ids: dict[str, set[str]] = {}
-    for d in decisions:
-        c, seq = str(d.get("cluster")), int(d.get("seq", -1))
-        if seq > top.get(c, -1):
-            top[c], ids[c] = seq, set()
-        if seq == top[c]:
-            ids[c].add(str(d.get("id")))
-    return {c: (top[c], frozenset(ids[c])) for c in top}
+    if position >= end:
+        return False  # the topic ends before the state's position: another topic
+    expected = state.get("fingerprint")
+    if position < start or not expected:
+        return True  # the record is gone (retention) or was never recorded: nothing to compare
+    record = await reader.at(topics.CLUSTER_EVENTS, partition, position)
+    return record is not None and fingerprint(record.key, record.value) == expected

@@ -35,6 +35,7 @@ from streams.brokers.embedded import EmbeddedBroker
 from streams.common.errors import UsageError
 from streams.common.options import load_config, load_key
 from streams.kafka import logio, topics
+from streams.pipeline.controller import BadEvent
 from streams.pipeline.fold import DEFAULT_CLUSTER, Fleet
 from streams.sim import traces
 from streams.sim.simulator import Simulator
@@ -138,7 +139,10 @@ class Run:
             await consumer.seek_to_end(tp)  # a shared broker may hold earlier runs' decisions
             for sim_event in self.sim:
                 event: dict[str, Any] = {"cluster": DEFAULT_CLUSTER, **sim_event}
-                predicted = self.fleet.handle(event)
+                try:
+                    predicted = self.fleet.handle(event)
+                except BadEvent:
+                    predicted = []  # the worker dead-letters it too, and decides on without it
                 await self._add(producer, event)
                 self.events += 1
                 if not predicted:

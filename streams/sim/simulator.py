@@ -30,6 +30,7 @@ from engine import objects, timeutil
 from engine.cluster import Cluster
 from engine.config import Config
 from engine.default import Preemptor
+from engine.errors import EngineError
 from engine.index import Index
 from engine.objects import Pod
 from schemas.records import ClusterEvent
@@ -57,14 +58,22 @@ class Simulator:
             raise ValueError(f"a simulated trace holds one cluster, this one has {len(names)}")
         self.cluster = names.pop() if names else "default"
         self._queue: list[tuple[int, int, int, dict[str, Any]]] = []
+        self._applied: set[int] = set()  # queue entries the view must not take (again)
         self._n = 0
         self._rv = max((_rv(e.get("object") or {}) for e in trace), default=0)
+        at = 0
         for event in trace:
-            self._push(timeutil.parse(event["ts"]), TRACE, dict(event))
+            try:
+                at = timeutil.parse(event["ts"])
+            except EngineError:
+                # Garbage in the trace: it keeps its place in the log, the controller rejects
+                # it (as the worker dead-letters it), and the cluster never sees it.
+                self._push(at, TRACE, dict(event), applied=True)
+                continue
+            self._push(at, TRACE, dict(event))
         self.view = Cluster()  # the cluster as the API server has it
         self._index = Index(self.view)
         self.raw: dict[str, dict[str, Any]] = {}  # pod uid -> the API's current raw pod
-        self._applied: set[int] = set()  # queue entries already applied to the view
         self._unnominated: set[str] = set()  # pending pods without a nomination
         self._arrived: set[str] = set()  # pods that became or stayed pending since the last pass
         self._freed: set[str] = set()  # nodes whose free capacity may have grown
@@ -274,6 +283,7 @@ def simulate(trace: Sequence[Mapping[str, Any]], config: Config, *, key: bytes |
     for n, event in enumerate(sim):
         event = dict(event, cluster=event.get("cluster", DEFAULT_CLUSTER))  # type: ignore[assignment]
         result.log.append(event)  # type: ignore[arg-type]
+        result.events += 1
         try:
             decisions = fleet.handle(event)
         except BadEvent as exc:
@@ -281,5 +291,4 @@ def simulate(trace: Sequence[Mapping[str, Any]], config: Config, *, key: bytes |
             continue
         result.decisions.extend(decisions)
         sim.react(decisions)
-        result.events += 1
     return result

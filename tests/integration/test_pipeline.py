@@ -18,6 +18,8 @@ import orjson
 import pytest
 
 from engine.config import Config
+from schemas import records
+from streams.kafka import topics as kafka_topics
 from streams.pipeline import fold
 from streams.sim import simulator, traces
 from streams.sim.run import Run, start_worker, stop_worker
@@ -212,12 +214,13 @@ def test_poison_input_goes_to_dead_letter_and_the_flow_continues(tansu_broker: s
         dead = asyncio.run(pipeline.dead_letters(tansu_broker, cluster))
     finally:
         pipeline.stop(worker)
-    strip = ("id", "seq", "prevHash", "hash")
-    assert [{k: v for k, v in d.items() if k not in strip} for d in got] == [
-        {k: v for k, v in d.items() if k not in strip} for d in expected.decisions
-    ]
-    assert [value for value, _ in dead][:2] == [garbage, unknown]
+    # Rejected input takes no sequence number: the decisions are exactly those of the clean log.
+    assert got == expected.decisions
     assert len(dead) == 3
+    # A record that does not decode goes whole; a bad event goes alone, its record's index in a header.
+    assert dead[0][0] == garbage and "origin-index" not in dead[0][1]
+    assert dead[1][0] == b'{"ts":"2026-01-01T00:00:00Z","type":"EXPLODED"}'
+    assert dead[1][1]["origin-index"] == b"0"
     for _, headers in dead:
         assert headers["origin-topic"] == b"preemption.cluster-events"
         assert headers["origin-partition"] == b"0" and headers["origin-offset"].isdigit()
@@ -233,3 +236,39 @@ def test_exactly_once_on_kafka_hides_duplicates_from_read_committed(
     )
     assert [d["id"] for d in got] == [d["id"] for d in expected.decisions]
     assert got == expected.decisions
+
+
+def test_a_record_near_the_size_limit_is_published(broker: str) -> None:
+    """Producer max request size, topic max.message.bytes and the value limit agree (topics.RECORD_MAX_BYTES).
+
+    faust's default producer limit (1,000,000 bytes) refused such a record.
+    """
+    from streams.kafka.reading import PartitionReader
+    from streams.pipeline import outbox
+
+    value = b"x" * (kafka_topics.VALUE_MAX_BYTES - 1000)
+    record = outbox.dead_letter(
+        key=b"big",
+        value=value,
+        origin=outbox.Origin(records.CLUSTER_EVENTS, 0, 1),
+        error_class="E",
+        error="big",
+        partition=0,
+    )
+
+    async def scenario() -> bytes:
+        await kafka_topics.ensure_topics(broker)
+        producer = outbox.new_producer(broker)
+        await producer.start()
+        try:
+            box = outbox.KafkaOutbox(producer, transactional=False, owns_producer=False)
+            await box.send(record)
+            (offset,) = await box.flush()
+        finally:
+            await producer.stop()
+        async with PartitionReader(broker) as reader:
+            got = await reader.at(records.DEAD_LETTER, 0, offset)
+        assert got is not None
+        return got.value
+
+    assert asyncio.run(scenario()) == value

@@ -229,8 +229,8 @@ def test_chart_renders_to_the_expected_objects(chart_values: dict[str, Any]) -> 
     docs = manifests(chart_values)
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
-        ["Deployment"] * 3 + ["ServiceAccount"] * 3 + ["ClusterRole"] * 2 + ["ClusterRoleBinding"] * 2
-        + ["Role"] * 2 + ["RoleBinding"] * 2
+        ["Deployment"] * 2 + ["StatefulSet", "Service"] + ["ServiceAccount"] * 3 + ["ClusterRole"] * 2
+        + ["ClusterRoleBinding"] * 2 + ["Role"] * 2 + ["RoleBinding"] * 2
     )  # fmt: skip
     for doc in docs:
         assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == "pc"
@@ -295,7 +295,11 @@ def test_rbac_is_least_privilege_and_matches_the_code() -> None:
 
 @pytest.mark.parametrize("chart_values", [DEFAULTS, EVERYTHING], ids=["defaults", "everything"])
 def test_deployments_run_the_right_component_with_probes(chart_values: dict[str, Any]) -> None:
-    deployments = by_kind(manifests(chart_values), "Deployment")
+    docs = manifests(chart_values)
+    deployments = {
+        **by_kind(docs, "Deployment"),
+        **by_kind(docs, "StatefulSet"),
+    }  # the worker's is a StatefulSet
     assert set(deployments) == {"pc-source", "pc-worker", "pc-actuator"}
     port = chart_values["metricsPort"]
     for name, deployment in deployments.items():

@@ -1,0 +1,343 @@
+"""What the worker publishes and how: every outgoing record is built here, and sent through one Outbox.
+
+Building (one function per kind of record, the place to add headers such as
+CloudEvents attributes): `decision`, `dead_letter`; the snapshot records are
+built by streams.pipeline.snapshot through `Outgoing` too. Every record of
+cluster-events partition p goes to partition p of its topic, so one worker
+owns all that partition's output.
+
+Sending (`Outbox`): `send` queues a record, `flush` waits for everything queued
+to be acknowledged and returns the offsets, `commit` ends the unit of work.
+- `KafkaOutbox(transactional=True)` (`--processing-guarantee exactly_once`, real
+  Kafka): one transactional producer per cluster-events partition, with the
+  transactional id `<group>-<cluster-events>-<partition>`. Starting it fences
+  every earlier producer of that id (a worker that owned the partition before
+  and may still be running, paused or partitioned away), and aborts what it
+  left open; its later sends fail with ProducerFenced. Records become visible
+  to read_committed consumers (the actuator) only when `commit` succeeds.
+- `KafkaOutbox(transactional=False)` (at_least_once; the embedded broker has no
+  transactions): records are visible once acknowledged; `commit` = `flush`.
+- `MemoryOutbox`: the same over a streams.kafka.memory.MemoryBroker.
+Any failure raises SendFailed (or Fenced): the caller must treat everything
+since its last successful commit as unpublished (streams.pipeline.worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
+
+from schemas import records
+from schemas.records import DecisionRecord
+from streams.kafka import topics
+from streams.kafka.memory import MemoryBroker
+from streams.pipeline.faults import NONE, Faults, InjectedFault
+
+Headers = tuple[tuple[str, bytes], ...]
+
+# Acknowledged by every in-sync replica: a decision the worker counts as published
+# must survive the loss of the partition leader.
+PRODUCER_ACKS = "all"
+# How long the producer retries a send (leader elections, a broker restart)
+# before the worker sees the failure and reopens the partition from its store.
+PRODUCER_REQUEST_TIMEOUT_MS = 30_000
+# Decisions are sent as soon as they are made; a short linger batches the few a
+# record of events leads to without adding noticeable latency.
+PRODUCER_LINGER_MS = 2
+# A transactional producer's InitProducerId (which fences the previous owner) must
+# answer within this long, or the broker has no transactions (the embedded tansu).
+TRANSACTIONS_INIT_TIMEOUT_S = 30.0
+# How long a transaction may stay open on the broker before it aborts it: a worker
+# that stops without committing cannot block read_committed consumers for longer.
+TRANSACTION_TIMEOUT_MS = 60_000
+# The first this many characters of an error go into a dead letter's `error` header.
+ERROR_HEADER_CHARS = 1000
+
+
+class SendFailed(RuntimeError):
+    """A record was not published (or its acknowledgement was lost): nothing since the last commit counts."""
+
+
+class Fenced(SendFailed):
+    """Another worker has taken the partition over: this one must publish nothing more."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    topic: str
+    partition: int
+    key: bytes | None
+    value: bytes | None  # None: a tombstone (compacted topics)
+    headers: Headers = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a rejected record or event came from."""
+
+    topic: str
+    partition: int
+    offset: int
+    index: int | None = None  # the event's position in its record; None: the whole record
+
+
+# ---- building records ----------------------------------------------------------------------
+
+
+def decision(record: DecisionRecord, *, partition: int, encoded: bytes | None = None) -> Outgoing:
+    """A decision record, keyed by its cluster (DESIGN §5); its size is held by the controller.
+
+    `encoded`: the record's bytes when the caller has them (the controller encodes
+    each decision once, to hold it to the size limit).
+    """
+    value = encoded if encoded is not None else records.encode(record)
+    return Outgoing(records.DECISIONS, partition, record["cluster"].encode(), value)
+
+
+def dead_letter(
+    *, key: bytes | None, value: bytes, origin: Origin, error_class: str, error: str, partition: int
+) -> Outgoing:
+    """The rejected bytes with where they came from and why (DESIGN §5).
+
+    Bytes too large to publish (a whole record near the topic's limit) are
+    replaced by a reference to their origin, with their size and digest, and the
+    header `value-omitted: too-large`; the origin topic still holds them.
+    """
+    headers = [
+        ("origin-topic", origin.topic.encode()),
+        ("origin-partition", str(origin.partition).encode()),
+        ("origin-offset", str(origin.offset).encode()),
+        ("error-class", error_class.encode()),
+        ("error", error[:ERROR_HEADER_CHARS].encode()),
+    ]
+    if origin.index is not None:
+        headers.append(("origin-index", str(origin.index).encode()))
+    if len(value) + len(key or b"") > topics.VALUE_MAX_BYTES:
+        value = orjson.dumps(
+            {
+                "omitted": "too-large",
+                "bytes": len(value),
+                "sha256": hashlib.sha256(value).hexdigest(),
+                "origin": {
+                    "topic": origin.topic,
+                    "partition": origin.partition,
+                    "offset": origin.offset,
+                    "index": origin.index,
+                },
+            }
+        )
+        headers.append(("value-omitted", b"too-large"))
+    return Outgoing(records.DEAD_LETTER, partition, key, value, tuple(headers))
+
+
+# ---- sending them --------------------------------------------------------------------------
+
+
+class Outbox(Protocol):
+    async def send(self, record: Outgoing) -> None:
+        """Queue one record (raise SendFailed if it cannot even be queued)."""
+
+    async def flush(self) -> list[int]:
+        """Wait until every record queued since the last flush is written; their offsets, in order."""
+
+    async def commit(self) -> None:
+        """End the unit of work: flush and, with transactions, commit (records become visible)."""
+
+    async def abort(self) -> None:
+        """Drop the unit of work (with transactions: aborted; without: what was sent stays sent)."""
+
+    async def close(self) -> None: ...
+
+
+def _failure(exc: BaseException) -> SendFailed:
+    if isinstance(exc, (ProducerFenced, InvalidProducerEpoch)):
+        return Fenced(f"fenced: another worker owns this partition now ({exc!r})")
+    return SendFailed(f"{type(exc).__name__}: {exc}")
+
+
+def new_producer(bootstrap: str, *, transactional_id: str | None = None) -> AIOKafkaProducer:
+    """A producer within the record size limits of streams.kafka.topics."""
+    extra: dict[str, Any] = {}
+    if transactional_id is not None:
+        extra = {"transactional_id": transactional_id, "transaction_timeout_ms": TRANSACTION_TIMEOUT_MS}
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        client_id="preemptctl-worker",
+        acks=PRODUCER_ACKS,
+        linger_ms=PRODUCER_LINGER_MS,
+        request_timeout_ms=PRODUCER_REQUEST_TIMEOUT_MS,
+        max_request_size=topics.RECORD_MAX_BYTES,
+        **extra,
+    )
+
+
+class TransactionsUnavailable(RuntimeError):
+    """The broker did not answer InitProducerId: exactly_once cannot run on it."""
+
+
+async def start_transactional(bootstrap: str, transactional_id: str) -> AIOKafkaProducer:
+    """A started transactional producer; starting it fences every earlier one with this id."""
+    producer = new_producer(bootstrap, transactional_id=transactional_id)
+    try:
+        await asyncio.wait_for(producer.start(), TRANSACTIONS_INIT_TIMEOUT_S)
+    except TimeoutError as exc:
+        await producer.stop()
+        raise TransactionsUnavailable(
+            f"the broker at {bootstrap} did not initialise a transactional producer within "
+            f"{TRANSACTIONS_INIT_TIMEOUT_S:.0f}s: exactly_once needs Kafka transactions "
+            "(the embedded broker has none: use --processing-guarantee at_least_once)"
+        ) from exc
+    except BaseException:
+        await producer.stop()
+        raise
+    return producer
+
+
+async def _commit_faults(faults: Faults, decided: int, abort: Callable[[], Awaitable[None]]) -> None:
+    """The injected commit faults (streams.pipeline.faults), where a commit with decisions is made."""
+    if not decided:
+        return
+    if faults.hit("abort-commit"):
+        await abort()
+        raise SendFailed(f"injected abort-commit (call {faults.calls['abort-commit']})")
+    if faults.hit("stop-before-commit"):
+        os.kill(os.getpid(), signal.SIGSTOP)  # until SIGCONT: a paused worker, mid-transaction
+
+
+class KafkaOutbox:
+    """An Outbox over an aiokafka producer; `owns_producer`: close() stops it too."""
+
+    def __init__(
+        self,
+        producer: AIOKafkaProducer,
+        *,
+        transactional: bool,
+        owns_producer: bool,
+        faults: Faults = NONE,
+    ) -> None:
+        self._producer = producer
+        self._transactional = transactional
+        self._owns = owns_producer
+        self._faults = faults
+        self._pending: list[Awaitable[Any]] = []
+        self._open = False  # a transaction is open
+        self._decisions = 0  # decisions sent since the last commit (what the commit faults count)
+
+    async def send(self, record: Outgoing) -> None:
+        try:
+            self._faults.check("fail-send")
+            if self._transactional and not self._open:
+                await self._producer.begin_transaction()
+                self._open = True
+            fut = await self._producer.send(
+                record.topic,
+                record.value,
+                key=record.key,
+                partition=record.partition,
+                headers=list(record.headers),
+            )
+        except (KafkaError, InjectedFault) as exc:
+            raise _failure(exc) from exc
+        self._pending.append(fut)
+        self._decisions += record.topic == records.DECISIONS
+
+    async def flush(self) -> list[int]:
+        pending, self._pending = self._pending, []
+        offsets = []
+        try:
+            for fut in pending:
+                offsets.append((await fut).offset)
+        except KafkaError as exc:
+            raise _failure(exc) from exc
+        return offsets
+
+    async def commit(self) -> None:
+        await self.flush()
+        decided, self._decisions = self._decisions, 0
+        await _commit_faults(self._faults, decided, self.abort)
+        if self._transactional and self._open:
+            try:
+                await self._producer.commit_transaction()
+            except KafkaError as exc:
+                raise _failure(exc) from exc
+            self._open = False
+
+    async def abort(self) -> None:
+        self._pending = []
+        self._decisions = 0
+        if self._transactional and self._open:
+            self._open = False
+            try:
+                await self._producer.abort_transaction()
+            except KafkaError as exc:
+                raise _failure(exc) from exc
+
+    async def close(self) -> None:
+        if self._owns:
+            await self._producer.stop()
+
+
+class MemoryOutbox:
+    """An Outbox over a MemoryBroker: committed records are appended (read_committed view)."""
+
+    def __init__(self, broker: MemoryBroker, *, transactional: bool = True, faults: Faults = NONE) -> None:
+        self.broker = broker
+        self._transactional = transactional
+        self._faults = faults
+        self._queued: list[Outgoing] = []  # transactional: appended at commit
+        self._offsets: list[int] = []
+        self._decisions = 0
+
+    def _append(self, record: Outgoing) -> int:
+        return self.broker.append(record.topic, record.partition, record.key, record.value, record.headers)
+
+    async def send(self, record: Outgoing) -> None:
+        try:
+            self._faults.check("fail-send")
+        except InjectedFault as exc:
+            raise SendFailed(str(exc)) from exc
+        self._decisions += record.topic == records.DECISIONS
+        if self._transactional:
+            self._queued.append(record)
+            # Offsets as the broker will give them at commit (nothing else writes there meanwhile).
+            end = (await self.broker.bounds(record.topic, record.partition))[1]
+            ahead = sum(
+                1 for r in self._queued[:-1] if (r.topic, r.partition) == (record.topic, record.partition)
+            )
+            self._offsets.append(end + ahead)
+        else:
+            self._offsets.append(self._append(record))
+
+    async def flush(self) -> list[int]:
+        offsets, self._offsets = self._offsets, []
+        return offsets
+
+    async def commit(self) -> None:
+        await self.flush()
+        decided, self._decisions = self._decisions, 0
+        await _commit_faults(self._faults, decided, self.abort)
+        queued, self._queued = self._queued, []
+        for record in queued:
+            self._append(record)
+
+    async def abort(self) -> None:
+        self._queued = []
+        self._offsets = []
+        self._decisions = 0
+
+    async def close(self) -> None:
+        await self.abort()
+
+
+def sent_offsets(sent: Sequence[Outgoing], offsets: Sequence[int], topic: str) -> list[int]:
+    """The offsets of the records of `topic` among those sent."""
+    return [o for r, o in zip(sent, offsets, strict=True) if r.topic == topic]

@@ -1,0 +1,240 @@
+"""The partitions one worker process owns: opened in the background, fed, reopened after a failure.
+
+`Partitions` is what the transport (the faust app, streams.pipeline.app) drives:
+- `assign` starts opening each new partition in its own task, outside the
+  rebalance callback: state from the store or a snapshot, the decisions
+  published after it, then the log folded to its end. The process is ready
+  (`/readyz`) once every assigned partition is open and caught up.
+- `handle` folds one record of an open partition (waiting for it to be open);
+  records at or below its position are skipped, and a gap before the record is
+  read from the log first.
+- A failed send or commit (PartitionBroken) reopens the partition from its
+  store, which re-derives the same decisions and publishes what is missing;
+  after REOPEN_ATTEMPTS failures in a row, or when another worker has fenced
+  this one (it owns the partition now), `on_fatal` ends the process for its
+  supervisor to restart. Exiting is always safe: the store never reflects a
+  record whose output is not in the log.
+- `tick`, on a timer, commits each partition when a commit is due, so a
+  partition whose records stopped still publishes (under exactly_once its
+  decisions become visible only at a commit).
+- `revoke` commits and keeps the workers aside: when the next assignment gives
+  a partition back (faust revokes everything on each rebalance), it continues
+  in memory; the others are closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+
+from aiokafka.errors import KafkaError
+
+from streams.common.health import Health
+from streams.pipeline.outbox import Fenced, SendFailed, TransactionsUnavailable
+from streams.pipeline.worker import PartitionBroken, PartitionWorker, Setup
+
+log = logging.getLogger("preemptctl.worker")
+
+# Opening a partition again after a failed send or an unreachable broker: this many
+# tries, waiting REOPEN_BACKOFF_S, doubled each time up to REOPEN_BACKOFF_MAX_S
+# (~1 min in all, long enough for a broker restart or a leader election), then the
+# process exits and its supervisor restarts it.
+REOPEN_ATTEMPTS = 6
+REOPEN_BACKOFF_S = 1.0
+REOPEN_BACKOFF_MAX_S = 16.0
+
+
+class Fatal(RuntimeError):
+    """This process must stop: fenced by another worker, or a partition cannot be opened."""
+
+
+class Partitions:
+    def __init__(
+        self,
+        setup: Setup,
+        *,
+        health: Health | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.setup = setup
+        self.health = health
+        self.on_fatal = on_fatal
+        self.workers: dict[int, PartitionWorker] = {}
+        self.opening: dict[int, asyncio.Task[PartitionWorker | None]] = {}
+        self.suspended: dict[int, PartitionWorker] = {}
+        self.assigned = False
+
+    # ---- the transport's calls -------------------------------------------------------------
+
+    async def assign(self, partitions: Iterable[int]) -> None:
+        wanted = set(partitions)
+        for p in sorted(set(self.suspended) - wanted):
+            await self._close(self.suspended.pop(p))
+        for p in sorted(wanted):
+            if p in self.workers or p in self.opening:
+                continue
+            kept = self.suspended.pop(p, None)
+            if kept is not None:
+                self.workers[p] = kept  # nobody owned it since our revoke: continue in memory
+                continue
+            self.opening[p] = asyncio.create_task(self._open(p), name=f"open-partition-{p}")
+        self.assigned = True
+        self._update_ready()
+
+    async def revoke(self, partitions: Iterable[int]) -> None:
+        for p in sorted(set(partitions)):
+            task = self.opening.pop(p, None)
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    opened = await task
+                    if opened is not None:
+                        await self._close(opened)
+            worker = self.workers.pop(p, None)
+            if worker is None:
+                continue
+            try:
+                await worker.commit()
+            except PartitionBroken:
+                await self._discard(worker)
+                if worker.fenced:
+                    self._fatal(Fatal(str(worker.broken)))
+                continue
+            self.suspended[p] = worker
+        self._update_ready()
+
+    async def handle(self, partition: int, offset: int, key: bytes | None, value: bytes) -> None:
+        """Fold one record of an assigned partition (records of others are ignored)."""
+        worker = await self._worker(partition)
+        if worker is None:
+            return
+        try:
+            if offset > worker.position + 1:
+                # The transport starts where the group last committed, which can be past the
+                # state (a lost store): read the gap from the log first.
+                await worker.catch_up(until=offset)
+                if worker.position < offset - 1:
+                    log.error(
+                        "partition %d: offsets %d..%d are gone from the log; folding on at %d",
+                        partition,
+                        worker.position + 1,
+                        offset - 1,
+                        offset,
+                    )
+                    worker.position = offset - 1
+            await worker.process(offset, key, value)
+        except PartitionBroken:
+            await self._reopen(partition)  # catches up past this record, publishing what is missing
+
+    async def tick(self) -> None:
+        """Commit what is due (streams.pipeline.worker.CHECKPOINT_INTERVAL_S): called on a timer."""
+        for partition, worker in sorted(self.workers.items()):
+            if not worker.commit_due():
+                continue
+            try:
+                await worker.commit()
+            except PartitionBroken:
+                if self.workers.get(partition) is worker:
+                    await self._reopen(partition)
+
+    async def close(self) -> None:
+        for p in list(self.opening):
+            await self.revoke([p])
+        await self.revoke(list(self.workers))
+        for p in sorted(self.suspended):
+            await self._close(self.suspended.pop(p))
+
+    # ---- opening ---------------------------------------------------------------------------
+
+    async def _worker(self, partition: int) -> PartitionWorker | None:
+        worker = self.workers.get(partition)
+        if worker is not None:
+            return worker
+        task = self.opening.get(partition)
+        if task is None:
+            return None
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():
+                return None  # revoked while opening
+            raise
+
+    async def _open(self, partition: int) -> PartitionWorker | None:
+        delay = REOPEN_BACKOFF_S
+        for attempt in range(1, REOPEN_ATTEMPTS + 1):
+            worker = None
+            try:
+                worker = await PartitionWorker.open(partition=partition, setup=self.setup)
+                await worker.catch_up()
+            except (Fenced, TransactionsUnavailable) as exc:
+                await self._discard(worker)
+                self._fatal(exc)
+                return None
+            except (PartitionBroken, SendFailed, KafkaError, OSError) as exc:
+                await self._discard(worker)
+                if worker is not None and worker.fenced:
+                    self._fatal(Fatal(str(worker.broken)))
+                    return None
+                if attempt == REOPEN_ATTEMPTS:
+                    self._fatal(Fatal(f"partition {partition} could not be opened: {exc}"))
+                    return None
+                log.warning(
+                    "partition %d: opening failed (%s); again in %.0fs (%d/%d)",
+                    partition,
+                    exc,
+                    delay,
+                    attempt,
+                    REOPEN_ATTEMPTS,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, REOPEN_BACKOFF_MAX_S)
+                continue
+            except BaseException:
+                await self._discard(worker)
+                raise
+            self.workers[partition] = worker
+            self.opening.pop(partition, None)
+            self._update_ready()
+            return worker
+        return None
+
+    async def _reopen(self, partition: int) -> None:
+        worker = self.workers.pop(partition, None)
+        if worker is not None:
+            if worker.fenced:
+                await self._discard(worker)
+                self._fatal(Fatal(str(worker.broken)))
+                return
+            await self._discard(worker)
+        log.warning("partition %d: reopening from its store", partition)
+        task = self.opening[partition] = asyncio.create_task(self._open(partition))
+        self._update_ready()
+        await asyncio.shield(task)
+
+    async def _discard(self, worker: PartitionWorker | None) -> None:
+        """Close without committing: what it folded since its last commit does not count."""
+        if worker is not None:
+            with contextlib.suppress(Exception):
+                await worker.close(commit=False)
+
+    async def _close(self, worker: PartitionWorker) -> None:
+        try:
+            await worker.close()
+        except PartitionBroken:
+            await self._discard(worker)
+
+    def _fatal(self, exc: BaseException) -> None:
+        log.critical("worker stops: %s", exc)
+        if self.health is not None:
+            self.health.set_ready(False)
+        if self.on_fatal is not None:
+            self.on_fatal(exc)
+        else:
+            raise Fatal(str(exc)) from exc
+
+    def _update_ready(self) -> None:
+        if self.health is not None:
+            self.health.set_ready(self.assigned and not self.opening)

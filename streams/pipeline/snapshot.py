@@ -1,0 +1,222 @@
+"""Snapshots of a partition's state in Kafka (DESIGN §3): written in chunks, found from the end, never torn.
+
+A snapshot is the worker's local store at one cluster-events position, made
+portable: the store's state record (every cluster's controller state, the
+position it reflects, the fingerprint of the record at that position and the
+decisions offset after its last published decision) followed by every object,
+one `key<TAB>value` line each, cut into chunks of CHUNK_BYTES and zlib-compressed.
+
+In the compacted topic preemption.snapshots, partition p holds partition p's:
+- chunks under `p/<p>/chunk/<position>/<n>`: a key per position, so a chunk is
+  never overwritten by another snapshot's (two writers snapshotting the same
+  position write the same bytes: the fold is deterministic);
+- the manifest under `p/<p>/manifest`, written after every chunk is
+  acknowledged (or in the same transaction): the position, the offset and
+  SHA-256 of every chunk, and the same for the snapshot before it.
+A reader finds the latest manifest by reading back from the partition's end (a
+few records: only tombstones and an unfinished snapshot's chunks can follow it),
+reads exactly the chunks it names and checks their digests, so a crash in the
+middle of a snapshot can only leave chunks no manifest names: the previous
+snapshot is still whole. Chunks of the snapshot before the previous one are
+tombstoned once the new manifest is acknowledged; the log cleaner removes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from streams.kafka import topics
+from streams.kafka.reading import Message
+from streams.pipeline.outbox import Outbox, Outgoing
+
+VERSION = 1
+# Bytes of the state stream per chunk before compression: compressed, a chunk is
+# at most this plus zlib's framing, within topics.VALUE_MAX_BYTES.
+CHUNK_BYTES = 1024 * 1024
+# zlib level 1: the state stream is JSON and compresses ~5x at the fastest level;
+# higher levels cost several times the CPU for a few percent.
+COMPRESSION_LEVEL = 1
+
+
+class Unreadable(RuntimeError):
+    """A manifest's chunks are missing or do not match their digests."""
+
+
+class Reader(Protocol):
+    """What opening a partition reads (streams.kafka.reading.PartitionReader, or a MemoryBroker)."""
+
+    async def bounds(self, topic: str, partition: int) -> tuple[int, int]: ...
+
+    def read(
+        self, topic: str, partition: int, start: int, end: int | None = None
+    ) -> AsyncIterator[Message]: ...
+
+    async def at(self, topic: str, partition: int, offset: int) -> Message | None: ...
+
+    async def last(
+        self, topic: str, partition: int, match: Callable[[Message], bool], *, start: int, end: int
+    ) -> Message | None: ...
+
+
+def manifest_key(partition: int) -> bytes:
+    return f"p/{partition}/manifest".encode()
+
+
+def chunk_key(partition: int, position: int, n: int) -> bytes:
+    return f"p/{partition}/chunk/{position}/{n}".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    offset: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    partition: int
+    position: int  # the cluster-events offset the state reflects
+    chunks: tuple[Chunk, ...]
+    previous: Manifest | None = None  # the snapshot before, still whole (its own `previous` dropped)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": VERSION,
+            "partition": self.partition,
+            "position": self.position,
+            "chunks": [{"offset": c.offset, "sha256": c.sha256} for c in self.chunks],
+            "previous": None if self.previous is None else self.previous.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Manifest:
+        previous = value.get("previous")
+        return cls(
+            int(value["partition"]),
+            int(value["position"]),
+            tuple(Chunk(int(c["offset"]), str(c["sha256"])) for c in value["chunks"]),
+            None if previous is None else cls.from_json(previous),
+        )
+
+    def alone(self) -> Manifest:
+        return Manifest(self.partition, self.position, self.chunks)
+
+
+# ---- the state stream ------------------------------------------------------------------------
+
+
+def encode(state: Mapping[str, Any], entries: Iterable[tuple[bytes, bytes]]) -> Iterator[bytes]:
+    """The compressed chunks of a state record and its store entries."""
+    buffer = bytearray(orjson.dumps(state))
+    buffer += b"\n"
+    for key, value in entries:
+        buffer += key
+        buffer += b"\t"
+        buffer += value
+        buffer += b"\n"
+        while len(buffer) >= CHUNK_BYTES:
+            yield zlib.compress(bytes(buffer[:CHUNK_BYTES]), COMPRESSION_LEVEL)
+            del buffer[:CHUNK_BYTES]
+    if buffer:
+        yield zlib.compress(bytes(buffer), COMPRESSION_LEVEL)
+
+
+def decode(chunks: Iterable[bytes]) -> tuple[dict[str, Any], Iterator[tuple[bytes, bytes]]]:
+    """The state record and an iterator over the entries, decompressed as they are read."""
+    stream = iter(chunks)
+    buffer = b""
+    while b"\n" not in buffer:
+        buffer += zlib.decompress(next(stream))
+    head, buffer = buffer.split(b"\n", 1)
+
+    def entries(rest: bytes) -> Iterator[tuple[bytes, bytes]]:
+        for chunk in stream:
+            rest += zlib.decompress(chunk)
+            lines = rest.split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                key, _, value = line.partition(b"\t")
+                yield key, value
+        for line in rest.split(b"\n"):
+            if line:
+                key, _, value = line.partition(b"\t")
+                yield key, value
+
+    return dict(orjson.loads(head)), entries(buffer)
+
+
+# ---- in Kafka ----------------------------------------------------------------------------------
+
+
+async def latest(reader: Reader, partition: int) -> Manifest | None:
+    """The newest manifest of a partition, read back from the end of its snapshots partition."""
+    start, end = await reader.bounds(topics.SNAPSHOTS, partition)
+    key = manifest_key(partition)
+    found = await reader.last(
+        topics.SNAPSHOTS, partition, lambda m: m.key == key and bool(m.value), start=start, end=end
+    )
+    return None if found is None else Manifest.from_json(orjson.loads(found.value))
+
+
+async def load(reader: Reader, manifest: Manifest) -> tuple[dict[str, Any], Iterator[tuple[bytes, bytes]]]:
+    """The state and entries a manifest names; Unreadable if a chunk is missing or altered."""
+    if not manifest.chunks:
+        raise Unreadable(f"snapshot at {manifest.position} names no chunks")
+    wanted = {c.offset: (n, c.sha256) for n, c in enumerate(manifest.chunks)}
+    got: dict[int, bytes] = {}
+    first, last = min(wanted), max(wanted)
+    async for m in reader.read(topics.SNAPSHOTS, manifest.partition, first, last + 1):
+        if m.offset in wanted:
+            n, digest = wanted[m.offset]
+            if m.key != chunk_key(manifest.partition, manifest.position, n):
+                raise Unreadable(f"offset {m.offset} holds {m.key!r}, not chunk {n} of {manifest.position}")
+            if hashlib.sha256(m.value).hexdigest() != digest:
+                raise Unreadable(
+                    f"chunk {n} of the snapshot at {manifest.position} does not match its digest"
+                )
+            got[m.offset] = m.value
+    missing = sorted(set(wanted) - set(got))
+    if missing:
+        raise Unreadable(f"{len(missing)} chunk(s) of the snapshot at {manifest.position} are gone")
+    return decode(got[c.offset] for c in manifest.chunks)
+
+
+async def write(
+    outbox: Outbox,
+    *,
+    partition: int,
+    state: Mapping[str, Any],
+    entries: Iterable[tuple[bytes, bytes]],
+    previous: Manifest | None,
+) -> Manifest:
+    """Publish a snapshot of `state` (whose `position` it reflects) and commit; the new manifest."""
+    position = int(state["position"])
+    sent: list[str] = []
+    for n, chunk in enumerate(encode(state, entries)):
+        await outbox.send(Outgoing(topics.SNAPSHOTS, partition, chunk_key(partition, position, n), chunk))
+        sent.append(hashlib.sha256(chunk).hexdigest())
+    offsets = await outbox.flush()
+    manifest = Manifest(
+        partition,
+        position,
+        tuple(Chunk(o, d) for o, d in zip(offsets, sent, strict=True)),
+        None if previous is None else previous.alone(),
+    )
+    await outbox.send(
+        Outgoing(topics.SNAPSHOTS, partition, manifest_key(partition), orjson.dumps(manifest.to_json()))
+    )
+    await outbox.flush()  # the new manifest is in place before anything it replaces goes
+    gone = previous.previous if previous is not None else None
+    if gone is not None and gone.position not in (position, manifest.previous and manifest.previous.position):
+        for n in range(len(gone.chunks)):
+            await outbox.send(
+                Outgoing(topics.SNAPSHOTS, partition, chunk_key(partition, gone.position, n), None)
+            )
+    await outbox.commit()
+    return manifest

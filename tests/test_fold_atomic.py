@@ -1,0 +1,301 @@
+"""Folding is atomic per event: a rejected event leaves the controller exactly as before it.
+
+Random logs (pods, nodes, PDBs and PriorityClasses coming and going, pods asking
+for preemption, TICKs and RESYNCs, time moving on) get random garbage events
+mixed in: shapes the worker cannot read, malformed objects that pass the shape
+check (a Pod whose spec.containers is a string raises AttributeError inside the
+engine), unknown kinds, bad quantities and times. Folding the mixed log must
+reject exactly the garbage and end in the same state, with the same decisions,
+as a reference fold of only the good events; a failure injected into deciding
+must be undone the same way. `replay` (fold) and the simulator treat these
+inputs alike.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine import flows
+from engine.config import Config
+from engine.decision import Decision
+from schemas import chain
+from streams.pipeline import fold
+from streams.pipeline.controller import BadEvent, Controller
+from streams.sim import simulator, traces
+from tests import gen
+
+SETTINGS = settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+BASE_SECONDS = 1_767_225_600  # 2026-01-01T00:00:00Z
+
+
+def _ts(seconds: int) -> str:
+    from engine import timeutil
+
+    return timeutil.render((BASE_SECONDS + seconds) * timeutil.SECOND)
+
+
+def _pdb(name: str, allowed: int) -> dict[str, Any]:
+    p = gen.pdb(name, "a", allowed)
+    p["metadata"]["uid"] = f"{name}-uid"
+    return p
+
+
+@st.composite
+def good_logs(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """A cluster's log: objects with rising resourceVersions, preemptors, ticks and a resync."""
+    events: list[dict[str, Any]] = []
+    seconds = 0
+    rv = 0
+    for _ in range(draw(st.integers(1, 45))):
+        seconds += draw(st.sampled_from((0, 0, 1, 5, 400)))  # 400 s: nominations expire
+        choice = draw(st.sampled_from(("pod", "pod", "pod", "node", "pdb", "class", "tick", "resync")))
+        if choice == "tick":
+            events.append({"ts": _ts(seconds), "type": "TICK"})
+            continue
+        if choice == "resync":
+            events.append({"ts": _ts(seconds), "type": "RESYNC"})
+            continue
+        rv += 1
+        if choice == "pod":
+            name = draw(st.sampled_from(("a", "b", "c", "d")))
+            obj = gen.pod(
+                name,
+                node=draw(st.sampled_from((None, "n1", "n2"))),
+                priority=draw(st.sampled_from((0, 5))),
+                cpu_m=draw(st.sampled_from((500, 1000, 1500))),
+                labels={"app": "a"},
+            )
+            if obj["spec"].get("nodeName") is None and draw(st.booleans()):
+                obj["status"]["conditions"] = [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "lastTransitionTime": _ts(seconds),
+                    }
+                ]
+                obj["spec"]["priority"] = 100
+        elif choice == "node":
+            obj = gen.node(draw(st.sampled_from(("n1", "n2"))), draw(st.sampled_from((1, 2, 4))), 8, 110)
+        elif choice == "pdb":
+            obj = _pdb(draw(st.sampled_from(("p1", "p2"))), draw(st.integers(0, 1)))
+        else:
+            obj = gen.tolerant_class()
+        obj["metadata"]["resourceVersion"] = str(rv)
+        etype = draw(st.sampled_from(("ADDED", "MODIFIED", "MODIFIED", "DELETED")))
+        events.append({"ts": _ts(seconds), "type": etype, "object": obj})
+    events.append({"ts": _ts(seconds + 1), "type": "TICK"})
+    return events
+
+
+def _garbage(ts: str) -> list[Any]:
+    pod = gen.pod("g", node=None, priority=0, cpu_m=100)
+    pod["metadata"]["resourceVersion"] = "999999"
+    containers_string = copy.deepcopy(pod)
+    containers_string["spec"]["containers"] = "abc"  # AttributeError inside the engine
+    no_name = copy.deepcopy(pod)
+    del no_name["metadata"]["name"]
+    bad_priority = copy.deepcopy(pod)
+    bad_priority["spec"]["priority"] = "high"
+    bad_cpu = gen.node("n9", 1, 1, 1)
+    bad_cpu["status"]["allocatable"]["cpu"] = "lots"
+    unknown_kind = {"kind": "Gadget", "metadata": {"name": "x", "uid": "x"}}
+    return [
+        ["not", "an", "event"],
+        7,
+        {"ts": ts, "type": "EXPLODED"},
+        {"type": "TICK"},
+        {"ts": "yesterday", "type": "TICK"},
+        {"ts": ts, "type": "ADDED", "object": "pod"},
+        {"ts": ts, "type": "ADDED", "object": containers_string},
+        {"ts": ts, "type": "MODIFIED", "object": no_name},
+        {"ts": ts, "type": "ADDED", "object": bad_priority},
+        {"ts": ts, "type": "ADDED", "object": bad_cpu},
+        {"ts": ts, "type": "DELETED", "object": unknown_kind},
+        {"ts": "yesterday", "type": "ADDED", "object": gen.node("n7", 1, 1, 1)},
+    ]
+
+
+@st.composite
+def mixed_logs(draw: st.DrawFn) -> tuple[list[Any], set[int]]:
+    """A good log with garbage inserted; the positions of the garbage."""
+    good = draw(good_logs())
+    mixed: list[Any] = []
+    bad: set[int] = set()
+    for event in good:
+        while draw(st.integers(0, 5)) == 5:  # the simplest log has no garbage
+            bad.add(len(mixed))
+            mixed.append(draw(st.sampled_from(_garbage(event["ts"]))))
+        mixed.append(event)
+    return mixed, bad
+
+
+def observed(ctl: Controller) -> dict[str, Any]:
+    """Everything a later decision or the store could read, in a comparable form."""
+    c = ctl.cluster
+    return {
+        "state": orjson.dumps(ctl.state()),  # bytes: dict order is part of the persisted state
+        "dirty": orjson.dumps(ctl.dirty),
+        "pods": dict(c.pods),
+        "nodes": {n: (s.node, dict(s.pods), dict(s.used)) for n, s in c.nodes.items()},
+        "nominated": {n: dict(c.nominated_on(n)) for n in ("n1", "n2", "n7", "n9")},
+        "classes": dict(c.priority_classes),
+        "policies": {n: c.policy(n) for n in c.priority_classes},
+        "pdbs": dict(c.pdbs),
+        # The derived indexes a rollback must put back too (PDB membership, quota usage, owners).
+        "pdb_members": {uid: [p.uid for p in c.budgets.of(uid)] for uid in c.pods},
+        "usage": {k: (dict(v[0]), v[1]) for k, v in c.usage.items() if v[1]},
+        "owned": {uid for uid in c.pods if c.owns(uid)},
+        "quotas": dict(c.quotas),
+        "tombstones": list(c.tombstones.items()),
+        "warnings": dict(c.warnings),
+        "earliest": ctl._earliest,
+    }
+
+
+def fold_all(ctl: Controller, events: list[Any]) -> tuple[list[Any], set[int]]:
+    decisions: list[Any] = []
+    rejected: set[int] = set()
+    for i, e in enumerate(events):
+        try:
+            decisions.extend(ctl.handle(e))
+        except BadEvent:
+            rejected.add(i)
+    return decisions, rejected
+
+
+@SETTINGS
+@given(mixed_logs())
+def test_garbage_is_rejected_and_leaves_no_trace(case: tuple[list[Any], set[int]]) -> None:
+    mixed, bad = case
+    ctl = Controller("c", Config())
+    got, rejected = fold_all(ctl, mixed)
+    assert rejected == bad
+    reference = Controller("c", Config())
+    want, none = fold_all(reference, [e for i, e in enumerate(mixed) if i not in bad])
+    assert not none
+    assert got == want
+    assert observed(ctl) == observed(reference)
+    # ... and they decide on identically.
+    tail = [{"ts": _ts(10_000), "type": "TICK"}]
+    assert fold_all(ctl, tail) == fold_all(reference, tail)
+
+
+@st.composite
+def failing_decisions(draw: st.DrawFn) -> tuple[list[dict[str, Any]], set[int]]:
+    events = draw(good_logs())
+    return events, set(draw(st.sets(st.integers(0, len(events) - 1), max_size=6)))
+
+
+@SETTINGS
+@given(failing_decisions())
+def test_a_failure_while_deciding_is_rolled_back(case: tuple[list[dict[str, Any]], set[int]]) -> None:
+    """The engine raising mid-decision (after the event's object is applied, overlays and all)."""
+    events, poisoned = case
+    now: list[int] = [-1]
+
+    def decide(*args: Any, **kwargs: Any) -> Decision:
+        if now[0] in poisoned:
+            flows.decide(*args, **kwargs)  # the index does its work first, then the failure
+            raise RuntimeError("engine bug")
+        return flows.decide(*args, **kwargs)
+
+    ctl = Controller("c", Config(), decide=decide)
+    got: list[Any] = []
+    rejected: set[int] = set()
+    for i, e in enumerate(events):
+        now[0] = i
+        try:
+            got.extend(ctl.handle(e))
+        except BadEvent as exc:
+            assert exc.error_class == "RuntimeError"
+            rejected.add(i)
+    assert rejected <= poisoned
+    reference = Controller("c", Config())
+    want, _ = fold_all(reference, [e for i, e in enumerate(events) if i not in rejected])
+    assert got == want
+    assert observed(ctl) == observed(reference)
+    tail = [{"ts": _ts(10_000), "type": "TICK"}]
+    now[0] = -1
+    assert fold_all(ctl, tail) == fold_all(reference, tail)
+
+
+def _containers_string_log() -> tuple[list[dict[str, Any]], int]:
+    log = simulator.simulate(traces.example(), Config()).log
+    bad = copy.deepcopy(next(e for e in log if e.get("object", {}).get("kind") == "Pod"))
+    bad["object"]["spec"]["containers"] = "abc"
+    bad["object"]["metadata"]["resourceVersion"] = "999999"
+    at = len(log) // 2
+    return [*log[:at], bad, *log[at:]], at
+
+
+def test_replay_skips_the_event_the_worker_dead_letters() -> None:
+    """Issue 12: a Pod whose spec.containers is a string crashed replay with AttributeError."""
+    log, at = _containers_string_log()
+    result = fold.fold(log, Config())
+    assert [n for n, _ in result.bad] == [at]
+    assert "AttributeError" in result.bad[0][1]
+    assert result.decisions == fold.fold(log[:at] + log[at + 1 :], Config()).decisions
+    assert len(result.decisions) == 8
+
+
+def test_the_simulator_treats_it_the_same() -> None:
+    trace = traces.example()
+    bad = copy.deepcopy(next(e for e in trace if e.get("object", {}).get("kind") == "Pod"))
+    bad["object"]["spec"]["containers"] = "abc"
+    bad["object"]["metadata"]["uid"] = "other-uid"
+    bad["object"]["metadata"]["name"] = "other"
+    bad_ts = dict(trace[3], ts="not a time")
+    mixed = [*trace[:3], bad, bad_ts, *trace[3:]]
+    result = simulator.simulate(mixed, Config())
+    assert len(result.bad) == 2
+    assert result.decisions == simulator.simulate(trace, Config()).decisions
+    # And replaying the simulated log (garbage included) gives the same decisions again.
+    assert fold.fold(result.log, Config()).decisions == result.decisions
+
+
+def test_a_decision_too_large_loses_its_explanation_not_its_victims() -> None:
+    log = simulator.simulate(traces.example(), Config()).log
+    full = fold.fold(log, Config()).decisions
+    small = Controller("default", Config(), max_record_bytes=1500)
+    got = [d for e in log for d in small.handle(e)]
+    assert [d["id"] for d in got] == [d["id"] for d in full]
+    for want, have in zip(full, got, strict=True):
+        assert have["victims"] == want["victims"] and have["outcome"] == want["outcome"]
+        if len(orjson.dumps(want)) > 1500:
+            assert have["explanation"]["truncated"] is True
+            assert have["explanation"]["bytes"] == len(orjson.dumps(want["explanation"]))
+        assert len(orjson.dumps(have)) <= 1500
+    prev = chain.GENESIS  # still one intact hash chain
+    for d in got:
+        assert d["prevHash"] == prev and chain.digest(prev, d) == d["hash"]
+        prev = d["hash"]
+
+
+def test_a_decision_too_large_even_without_explanation_is_rejected() -> None:
+    log = simulator.simulate(traces.example(), Config()).log
+    tiny = Controller("default", Config(), max_record_bytes=300)
+    rejected = []
+    for e in log:
+        try:
+            assert tiny.handle(e) == []
+        except BadEvent as exc:
+            rejected.append(exc.error_class)
+    assert rejected and set(rejected) == {"DecisionTooLarge"}
+    assert tiny.decisions == 0 and tiny.seq == len(log) - len(rejected)
+
+
+@pytest.mark.parametrize("event", _garbage("2026-01-01T00:00:00Z")[:5])
+def test_fleet_rejects_what_is_not_an_event(event: Any) -> None:
+    with pytest.raises(BadEvent):
+        fold.Fleet(Config()).handle(event)
