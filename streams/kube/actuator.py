@@ -37,10 +37,11 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
-from schemas import VERSION, chain, records
+from schemas import VERSION, chain, cloudevent, records
 from schemas.records import DEAD_LETTER, DECISIONS, EVICTIONS, DecisionRecord, EvictionRecord, VictimRecord
 from streams.common import health, options
 from streams.common.errors import UsageError
+from streams.kafka import deadletter
 from streams.kafka.sink import KafkaSink, RecordSink
 from streams.kube import api as kube
 from streams.kube import component, eviction, lease, source
@@ -257,7 +258,12 @@ class Actuator:
                 # After losing the Lease, the successor (which read the evictions topic when it
                 # took over) writes this victim's one outcome; writing ours too could make two.
                 self._elector.check()
-            await self._sink.send(self.topics.evictions, records.encode(record), key=victim["uid"].encode())
+            await self._sink.send(
+                self.topics.evictions,
+                records.encode(record),
+                key=victim["uid"].encode(),
+                headers=cloudevent.eviction_headers(record),  # CloudEvents binary mode (issue 14)
+            )
             self._ledger.mark_recorded(ledger_key)
             OUTCOMES.labels(victim["action"], outcome.result).inc()
             log.info(
@@ -328,7 +334,10 @@ class Actuator:
             ("error-class", error_class.encode()),
             ("error", str(exc).encode()),
         ]
-        await self._sink.send(self.topics.dead_letter, value, key=key, headers=headers)
+        await self._sink.send(
+            self.topics.dead_letter, value, key=key, headers=deadletter.headers(key, value, headers)
+        )
+        deadletter.sent("actuator", headers)  # issue 14
 
     # ---- the Kafka loop ------------------------------------------------------------
 

@@ -25,11 +25,11 @@ import faust
 import orjson
 
 from engine import config as config_mod
-from schemas import records
+from schemas import cloudevent, records
 from schemas.records import DecisionRecord
 from streams.common import health as health_mod
 from streams.common import options
-from streams.kafka import reading
+from streams.kafka import deadletter, reading
 from streams.kafka import topics as kafka_topics
 from streams.pipeline import transport
 from streams.pipeline.fold import tune_gc
@@ -80,14 +80,20 @@ def build_app(
 
     async def emit(decisions: Sequence[DecisionRecord]) -> None:
         futures = [
-            await decisions_topic.send(key=d["cluster"].encode(), value=records.encode(d)) for d in decisions
+            await decisions_topic.send(
+                key=d["cluster"].encode(),
+                value=records.encode(d),
+                headers=cloudevent.decision_headers(d),  # CloudEvents binary mode (issue 14)
+            )
+            for d in decisions
         ]
         for fut in futures:
             await fut  # acknowledged by the broker before the store moves on
 
     async def dead_letter(k: bytes | None, value: bytes, headers: list[tuple[str, bytes]]) -> None:
-        fut = await dead_topic.send(key=k, value=value, headers=headers)
+        fut = await dead_topic.send(key=k, value=value, headers=deadletter.headers(k, value, headers))
         await fut
+        deadletter.sent("worker", headers)  # issue 14: counted once the broker has it
         log.warning(
             "dead-lettered %s: %s",
             dict(headers).get("origin-offset", b"?").decode(),
