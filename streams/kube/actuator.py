@@ -41,7 +41,7 @@ from schemas import VERSION, chain, cloudevent, records
 from schemas.records import DEAD_LETTER, DECISIONS, EVICTIONS, DecisionRecord, EvictionRecord, VictimRecord
 from streams.common import health, options
 from streams.common.errors import UsageError
-from streams.kafka import deadletter
+from streams.kafka import deadletter, lag
 from streams.kafka.sink import KafkaSink, RecordSink
 from streams.kube import api as kube
 from streams.kube import component, eviction, lease, source
@@ -532,6 +532,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--group-id", metavar="G", help="consumer group (default preemptctl-actuator-CLUSTER)"
     )
     component.add_runtime_arguments(parser)
+    lag.add_arguments(parser)  # issue 14: the worker's lag, measured from outside the worker
     parser.set_defaults(func=cmd_actuator)
 
 
@@ -572,7 +573,14 @@ async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | Non
                 actuator = Actuator(
                     actions, sink, ledger, cluster=args.cluster, hmac_key=hmac_key, elector=elector
                 )
-                await _run(actuator, state, bootstrap, group_id=group_id, elector=elector)
+                lagging = lag.start(bootstrap, args)  # issue 14
+                try:
+                    await _run(actuator, state, bootstrap, group_id=group_id, elector=elector)
+                finally:
+                    if lagging is not None:
+                        lagging.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await lagging
     finally:
         ledger.close()
         await api.close()

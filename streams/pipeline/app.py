@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +32,7 @@ from streams.common import health as health_mod
 from streams.common import options
 from streams.kafka import deadletter, reading
 from streams.kafka import topics as kafka_topics
-from streams.pipeline import transport
+from streams.pipeline import metrics, transport
 from streams.pipeline.fold import tune_gc
 from streams.pipeline.worker import PartitionWorker, last_visible_decisions
 
@@ -164,6 +165,10 @@ def build_app(
                     await worker.process(gap.offset, gap.key, gap.value)
                 worker.position = max(worker.position, msg.offset - 1)  # offsets the log no longer has
             await worker.process(msg.offset, msg.key, msg.value)
+            # issue 14: the worker's own lag, from the log end its consumer last fetched.
+            metrics.positioned(
+                msg.partition, functools.partial(app.consumer.highwater, msg.tp), worker.position
+            )
 
     @app.on_partitions_assigned.connect
     async def on_assigned(sender: Any, /, *args: Any, signal: Any = None, **kwargs: Any) -> None:

@@ -34,6 +34,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from engine.config import Config
 from schemas import records
 from schemas.records import DecisionRecord
+from streams.pipeline import metrics
 from streams.pipeline.controller import BadEvent, Controller
 from streams.pipeline.store import Store
 
@@ -186,11 +187,14 @@ class PartitionWorker:
                 )
             self.events += len(batch["events"])
             EVENTS.inc(len(batch["events"]))
+            if batch["events"]:
+                metrics.folded(self.partition, batch["events"][-1]["ts"])  # issue 14
         if out:
             await self.emit(out)  # acknowledged before the store moves past this record
             self.decisions_sent += len(out)
             for d in out:
                 DECISIONS.labels(d["outcome"]).inc()
+            metrics.emitted(out, time.perf_counter() - started)  # issue 14
         self.position = offset
         now = time.monotonic()
         if now - self._last_write >= CHECKPOINT_INTERVAL_S or offset - self.stored >= CHECKPOINT_MAX_RECORDS:
