@@ -56,7 +56,8 @@ def promtool() -> str:
     found = shutil.which("promtool")
     if found is None:
         pytest.skip(
-            "promtool not found: install Debian's prometheus package (make test does: apt-get install prometheus)"
+            "promtool not found: install Debian's prometheus package "
+            "(make test does: apt-get install prometheus)"
         )
     return found
 
