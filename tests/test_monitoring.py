@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
+from tests import tools
 from tests.k8s import test_deploy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,14 +52,15 @@ PROMTOOL_TIMEOUT_S = 60
 METRIC_NAME = re.compile(r"\bpreemptctl_[a-z_]+")
 
 
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        pytest.skip(
-            "promtool not found: install Debian's prometheus package "
-            "(make test does: apt-get install prometheus)"
-        )
-    return found
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [tools.need("promtool", "prometheus"), *args],
+        capture_output=True,
+        text=True,
+        timeout=PROMTOOL_TIMEOUT_S,
+        check=False,
+        cwd=RULE_TESTS.parent,  # where the rule tests' relative rule_files start
+    )
 
 
 def dashboard() -> dict[str, Any]:
@@ -78,26 +79,13 @@ def rule_queries() -> list[tuple[str, str]]:
 
 
 def test_promtool_checks_the_rules() -> None:
-    run = subprocess.run(
-        [promtool(), "check", "rules", str(RULES)],
-        capture_output=True,
-        text=True,
-        timeout=PROMTOOL_TIMEOUT_S,
-        check=False,
-    )
+    run = promtool("check", "rules", str(RULES))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "SUCCESS: 4 rules found" in run.stdout
 
 
 def test_the_alerts_fire_when_they_should_and_only_then() -> None:
-    run = subprocess.run(
-        [promtool(), "test", "rules", str(RULE_TESTS)],
-        capture_output=True,
-        text=True,
-        timeout=PROMTOOL_TIMEOUT_S,
-        check=False,
-        cwd=RULE_TESTS.parent,
-    )
+    run = promtool("test", "rules", str(RULE_TESTS))
     assert run.returncode == 0, run.stdout + run.stderr
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from schemas import records
 from streams.brokers import embedded
 from streams.kafka import topics
 from streams.sim import traces
-from tests import audit_traces
+from tests import audit_traces, tools
 from tests.integration import pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,9 +201,7 @@ def test_replaying_the_log_gives_byte_identical_headers(recorded: Recorded) -> N
 
 def test_kcat_reads_the_headers_a_worker_writes_on_apache_kafka(kafka_broker: str, tmp_path: Path) -> None:
     """kcat (librdkafka) cannot talk to tansu 0.6, so this reads a worker's decisions on Apache Kafka."""
-    kcat = shutil.which("kcat")
-    if kcat is None:
-        pytest.skip("kcat not found: install Debian's kcat package (make test does: apt-get install kcat)")
+    kcat = tools.need("kcat", "kcat")
     cluster = f"kcat-{uuid.uuid4().hex[:8]}"
     result = audit_traces.simulate(pipeline.with_cluster(traces.example(), cluster))
     asyncio.run(pipeline.produce(kafka_broker, cluster, result.log, per_record=7))

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +29,6 @@ from typing import Any
 
 import aiohttp
 import orjson
-import pytest
 import yaml
 from aiokafka import AIOKafkaProducer
 from cloudevents.core.bindings import kafka as ce_kafka
@@ -42,6 +40,7 @@ from schemas import records
 from streams.brokers import embedded
 from streams.brokers import process as process_mod
 from streams.kafka import reading, topics
+from tests import tools
 from tests.k8s import objects
 from tests.k8s.fakeapi import FakeApi
 from tests.k8s.test_commands import MAIN, kubeconfig, ready, until
@@ -79,13 +78,7 @@ BLOCKED = "low-0"
 
 
 def prometheus_binary() -> str:
-    found = shutil.which("prometheus")
-    if found is None:
-        pytest.skip(
-            "prometheus not found: install Debian's prometheus package "
-            "(make test does: apt-get install prometheus)"
-        )
-    return found
+    return tools.need("prometheus", "prometheus")
 
 
 class Prometheus:
