@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SHARED ?= ../shared
 
-.PHONY: run test lint unit conformance kafka kube-tools bench chaos clean
+.PHONY: run test lint unit conformance kafka kube-tools tools bench chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,22 @@ lint: $(STAMP)
 kube-tools:
 	deploy/kube/install-tools.sh
 
-unit: $(STAMP) kube-tools
+# Prometheus (with promtool) and kcat for the observability tests: Debian's packages, installed
+# when absent (sudo when not root). When they cannot be had, the tests that need them skip and
+# say why (-rs prints the reasons).
+OBSERVABILITY_TOOLS := prometheus promtool kcat
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
+
+tools:
+	@missing=""; for t in $(OBSERVABILITY_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing prometheus and kcat (missing:$$missing)"; \
+	  { $(SUDO) apt-get update -qq && \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus kcat; } \
+	  || echo "warning: could not install prometheus and kcat: the tests that need them will skip, saying so"; \
+	fi
+
+unit: $(STAMP) kube-tools tools
 	$(BIN)/pytest -q -rs
 
 # The bundled cases (tests/conformance/cases, also part of `make unit`), then an

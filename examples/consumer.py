@@ -1,8 +1,13 @@
 """An example downstream consumer of preemptctl's topics: evictions (and optionally decisions).
 
 It shows what a consumer outside this project needs, and nothing more: a plain
-aiokafka consumer, the JSON Schema files from `schemas/` (docs/topics.md) and
-the compatibility rules:
+aiokafka consumer, the CloudEvents SDK's Kafka binding, the JSON Schema files
+from `schemas/` (docs/topics.md) and the compatibility rules:
+- every record carries CloudEvents 1.0 headers (binary content mode): the SDK
+  reads them into an event, and the event's `type` (io.preemptctl.decision.v1,
+  io.preemptctl.eviction.v1) says what the record is, whatever topic it came
+  from; records without them (written before preemptctl added them) are taken
+  to be what their topic holds;
 - the envelope version `v` is checked first: a version this consumer does not
   know is rejected (a breaking change ships as v2; upgrade the consumer first);
 - every record is validated against its topic's JSON Schema;
@@ -32,8 +37,17 @@ from typing import Any, TextIO
 import jsonschema  # type: ignore[import-untyped]
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from cloudevents.core.bindings import kafka as ce_kafka
+from cloudevents.core.formats.json import JSONFormat
+from cloudevents.core.v1.event import CloudEvent
 
 SUPPORTED_VERSIONS = frozenset({1})
+# CloudEvents `type` -> record kind, for every version this consumer knows.
+EVENT_TYPES = {
+    f"io.preemptctl.{name}.v{v}": kind
+    for v in SUPPORTED_VERSIONS
+    for name, kind in (("decision", "decisions"), ("eviction", "evictions"))
+}
 EVICTIONS_TOPIC = "preemption.evictions"
 DECISIONS_TOPIC = "preemption.decisions"
 SCHEMA_FILES = {"evictions": "evictions.schema.json", "decisions": "decisions.schema.json"}
@@ -56,12 +70,36 @@ def load_validators(schema_dir: Path) -> dict[str, Any]:
     return validators
 
 
+def as_event(headers: Sequence[tuple[str, bytes]], key: bytes | None, value: bytes | None) -> Any:
+    """The CloudEvent the SDK reads from a message, None when it carries no CloudEvents headers."""
+    if not any(name.lower().startswith("ce_") for name, _ in headers):
+        return None
+    message = ce_kafka.KafkaMessage(headers=dict(headers), key=key, value=value or b"")
+    try:
+        return ce_kafka.from_binary(message, JSONFormat(), CloudEvent)
+    except Exception as exc:  # the SDK raises its own validation and parsing errors
+        raise Rejected(f"not a valid CloudEvent: {exc}") from exc
+
+
+def kind_of(event: Any) -> str:
+    kind = EVENT_TYPES.get(event.get_type())
+    if kind is None:
+        raise Rejected(
+            f"unknown event type {event.get_type()!r} (this consumer knows {', '.join(EVENT_TYPES)})"
+        )
+    return kind
+
+
 def check(value: bytes | None, validator: Any) -> dict[str, Any]:
     """The record, parsed and valid; Rejected otherwise."""
     try:
         record = orjson.loads(value or b"")
     except orjson.JSONDecodeError as exc:
         raise Rejected(f"not JSON: {exc}") from exc
+    return check_record(record, validator)
+
+
+def check_record(record: Any, validator: Any) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise Rejected("not a JSON object")
     # The version first: a v2 record may fail the v1 schema in confusing ways.
@@ -150,17 +188,26 @@ async def consume(
                 continue
             last = time.monotonic()
             for tp, messages in sorted(batch.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
-                kind = topics[tp.topic]
                 for m in messages:
                     try:
-                        record = check(m.value, validators[kind])
+                        event = as_event(m.headers or (), m.key, m.value)
+                        if event is None:
+                            kind, record = topics[tp.topic], check(m.value, validators[topics[tp.topic]])
+                        else:
+                            kind = kind_of(event)
+                            record = check_record(event.get_data(), validators[kind])
                     except Rejected as exc:
                         stats.rejected += 1
                         print(f"rejected {tp.topic}[{tp.partition}]@{m.offset}: {exc}", file=err)
                         continue
                     stats.valid += 1
                     stats.by_kind[kind] = stats.by_kind.get(kind, 0) + 1
-                    print(orjson.dumps(record).decode() if as_json else describe(kind, record), file=out)
+                    line = (
+                        describe(kind, record)
+                        if event is None
+                        else f"{event.get_type()} {describe(kind, record)}"
+                    )
+                    print(orjson.dumps(record).decode() if as_json else line, file=out)
                     if max_records is not None and stats.valid + stats.rejected >= max_records:
                         return stats
     finally:

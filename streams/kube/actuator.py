@@ -35,10 +35,11 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
-from schemas import VERSION, chain, records
+from schemas import VERSION, chain, cloudevent, records
 from schemas.records import DEAD_LETTER, DECISIONS, EVICTIONS, DecisionRecord, EvictionRecord, VictimRecord
 from streams.common import health, options
 from streams.common.errors import UsageError
+from streams.kafka import deadletter, lag
 from streams.kafka.sink import KafkaSink, RecordSink
 from streams.kube import api as kube
 from streams.kube import component, eviction, lease, source
@@ -84,11 +85,6 @@ OUTCOMES = Counter(
 )
 DUPLICATES = Counter(
     "preemptctl_actuator_duplicates_total", "Victims skipped because their outcome was already written."
-)
-DEAD_LETTERS = Counter(
-    "preemptctl_actuator_dead_letters_total",
-    "Decision records refused to the dead-letter topic.",
-    ["error_class"],
 )
 NOMINATIONS = Counter(
     "preemptctl_actuator_nominations_total", "Preemptor nominations, by result.", ["result"]
@@ -255,7 +251,12 @@ class Actuator:
                 # After losing the Lease, the successor (which read the evictions topic when it
                 # took over) writes this victim's one outcome; writing ours too could make two.
                 self._elector.check()
-            await self._sink.send(self.topics.evictions, records.encode(record), key=victim["uid"].encode())
+            await self._sink.send(
+                self.topics.evictions,
+                records.encode(record),
+                key=victim["uid"].encode(),
+                headers=cloudevent.eviction_headers(record),  # CloudEvents binary mode (docs/topics.md)
+            )
             self._ledger.mark_recorded(ledger_key)
             OUTCOMES.labels(victim["action"], outcome.result).inc()
             log.info(
@@ -315,7 +316,6 @@ class Actuator:
 
     async def _dead_letter(self, value: bytes, key: bytes | None, origin: Origin, exc: Refused) -> None:
         error_class = type(exc).__name__
-        DEAD_LETTERS.labels(error_class).inc()
         log.warning(
             "refused %s[%d]@%d: %s: %s", origin.topic, origin.partition, origin.offset, error_class, exc
         )
@@ -326,7 +326,10 @@ class Actuator:
             ("error-class", error_class.encode()),
             ("error", str(exc).encode()),
         ]
-        await self._sink.send(self.topics.dead_letter, value, key=key, headers=headers)
+        await self._sink.send(
+            self.topics.dead_letter, value, key=key, headers=deadletter.headers(key, value, headers)
+        )
+        deadletter.sent("actuator", headers)
 
     # ---- the Kafka loop ------------------------------------------------------------
 
@@ -518,6 +521,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--group-id", metavar="G", help="consumer group (default preemptctl-actuator-CLUSTER)"
     )
     component.add_runtime_arguments(parser)
+    lag.add_arguments(parser)  # the worker's lag, measured from outside the worker
     parser.set_defaults(func=cmd_actuator)
 
 
@@ -555,7 +559,14 @@ async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | Non
                 actuator = Actuator(
                     actions, sink, ledger, cluster=args.cluster, hmac_key=hmac_key, elector=elector
                 )
-                await _run(actuator, state, bootstrap, group_id=group_id, elector=elector)
+                lagging = lag.start(bootstrap, args)
+                try:
+                    await _run(actuator, state, bootstrap, group_id=group_id, elector=elector)
+                finally:
+                    if lagging is not None:
+                        lagging.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await lagging
     finally:
         ledger.close()
         await api.close()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 from pathlib import Path
@@ -39,8 +40,8 @@ from streams.common import options
 from streams.common.errors import UsageError
 from streams.kafka import topics as kafka_topics
 from streams.kafka.reading import PartitionReader
+from streams.pipeline import metrics, tables, transport
 from streams.pipeline import outbox as outbox_mod
-from streams.pipeline import tables, transport
 from streams.pipeline.faults import NONE, Faults
 from streams.pipeline.fold import tune_gc
 from streams.pipeline.outbox import KafkaOutbox, Outbox
@@ -154,6 +155,12 @@ def build_app(
         async for event in stream.events():
             msg = event.message
             await partitions.handle(msg.partition, msg.offset, msg.key, msg.value)
+            # The worker's own lag, against the log end its consumer last fetched (no request).
+            metrics.positioned(
+                msg.partition,
+                functools.partial(app.consumer.highwater, msg.tp),
+                partitions.position(msg.partition),
+            )
 
     def _ours(tps: Any) -> list[int]:
         return sorted(tp.partition for tp in tps if tp.topic == records.CLUSTER_EVENTS)

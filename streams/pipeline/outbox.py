@@ -36,9 +36,9 @@ import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 
-from schemas import records
+from schemas import cloudevent, records
 from schemas.records import DecisionRecord
-from streams.kafka import topics
+from streams.kafka import deadletter, topics
 from streams.kafka.memory import MemoryBroker
 from streams.pipeline.faults import NONE, Faults, InjectedFault
 
@@ -100,7 +100,8 @@ def decision(record: DecisionRecord, *, partition: int, encoded: bytes | None = 
     each decision once, to hold it to the size limit).
     """
     value = encoded if encoded is not None else records.encode(record)
-    return Outgoing(records.DECISIONS, partition, record["cluster"].encode(), value)
+    headers = tuple(cloudevent.decision_headers(record))  # CloudEvents binary mode (docs/topics.md)
+    return Outgoing(records.DECISIONS, partition, record["cluster"].encode(), value, headers)
 
 
 def dead_letter(
@@ -136,7 +137,10 @@ def dead_letter(
             }
         )
         headers.append(("value-omitted", b"too-large"))
-    return Outgoing(records.DEAD_LETTER, partition, key, value, tuple(headers))
+    # The origin headers, then the CloudEvents attributes of what is actually sent.
+    return Outgoing(
+        records.DEAD_LETTER, partition, key, value, tuple(deadletter.headers(key, value, headers))
+    )
 
 
 # ---- sending them --------------------------------------------------------------------------

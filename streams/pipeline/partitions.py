@@ -105,6 +105,11 @@ class Partitions:
             self.suspended[p] = worker
         self._update_ready()
 
+    def position(self, partition: int) -> int | None:
+        """The last offset folded in `partition`; None while it is not open here."""
+        worker = self.workers.get(partition)
+        return None if worker is None else worker.position
+
     async def handle(self, partition: int, offset: int, key: bytes | None, value: bytes) -> None:
         """Fold one record of an assigned partition (records of others are ignored)."""
         worker = await self._worker(partition)

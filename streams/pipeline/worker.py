@@ -52,9 +52,10 @@ from prometheus_client import Counter, Gauge, Histogram
 from engine import flows
 from engine.config import Config
 from schemas import records
-from streams.kafka import topics
+from schemas.records import DecisionRecord
+from streams.kafka import deadletter, topics
+from streams.pipeline import metrics, snapshot
 from streams.pipeline import outbox as outbox_mod
-from streams.pipeline import snapshot
 from streams.pipeline.controller import BadEvent, Controller, Decide
 from streams.pipeline.faults import Faults
 from streams.pipeline.outbox import Fenced, Origin, Outbox, Outgoing, SendFailed
@@ -65,10 +66,6 @@ log = logging.getLogger("preemptctl.worker")
 
 EVENTS = Counter("preemptctl_worker_events_total", "Cluster events folded.")
 RECORDS = Counter("preemptctl_worker_records_total", "cluster-events records processed.")
-DECISIONS = Counter("preemptctl_worker_decisions_total", "Decision records sent.", ["outcome"])
-DEAD_LETTERS = Counter(
-    "preemptctl_worker_dead_letters_total", "Records or events sent to the dead-letter topic."
-)
 RECORD_SECONDS = Histogram(
     "preemptctl_worker_record_seconds",
     "Time to fold one cluster-events record, decide and checkpoint.",
@@ -198,6 +195,8 @@ class PartitionWorker:
     _fingerprint: str = ""  # of the record at `committed`
     _last: tuple[bytes | None, bytes] | None = None  # the record at `position`
     _sent: list[Outgoing] = field(default_factory=list)  # since the last commit
+    # The decisions among them, with when their record was taken up (the latency metric).
+    _decided: list[tuple[float, DecisionRecord]] = field(default_factory=list)
     _last_commit: float = 0.0
     _closed: bool = False
     # process() and commit() each run whole: a commit must not interleave with a record
@@ -362,6 +361,7 @@ class PartitionWorker:
         return pending and time.monotonic() - self._last_commit >= CHECKPOINT_INTERVAL_S
 
     def _fold(self, offset: int, key: bytes | None, value: bytes) -> list[Outgoing]:
+        started = time.perf_counter()
         origin = Origin(records.CLUSTER_EVENTS, self.partition, offset)
         try:
             batch = records.decode_envelope(value)
@@ -383,18 +383,19 @@ class PartitionWorker:
                 if not self.published.seen(d):
                     encoded = ctl.encoded.get(d["id"])
                     out.append(outbox_mod.decision(d, partition=self.partition, encoded=encoded))
-                    DECISIONS.labels(d["outcome"]).inc()
+                    self._decided.append((started, d))
         n = len(batch["events"])
         self.events += n
         self.since_snapshot += n
         EVENTS.inc(n)
+        if n and isinstance(batch["events"][-1], dict):  # anything else was dead-lettered
+            metrics.folded(self.partition, batch["events"][-1].get("ts"))
         return out
 
     def _dead(
         self, key: bytes | None, value: bytes, origin: Origin, error_class: str, error: str
     ) -> Outgoing:
         self.dead_letters += 1
-        DEAD_LETTERS.inc()
         where = f"{origin.offset}" if origin.index is None else f"{origin.offset}[{origin.index}]"
         log.warning("partition %d: dead-lettered %s: %s", self.partition, where, error)
         return outbox_mod.dead_letter(
@@ -451,6 +452,14 @@ class PartitionWorker:
             self._break(exc)
             raise PartitionBroken(self.broken) from exc
         sent, self._sent = self._sent, []
+        published, self._decided = self._decided, []
+        # Counted once published (visible to read_committed consumers under exactly_once).
+        now = time.perf_counter()
+        for started, d in published:
+            metrics.emitted(d, now - started)
+        for record in sent:
+            if record.topic == records.DEAD_LETTER:
+                deadletter.sent("worker", record.headers)
         decided = outbox_mod.sent_offsets(sent, offsets, records.DECISIONS)
         if decided:
             self.decisions_next = max(decided) + 1

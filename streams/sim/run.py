@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from schemas import VERSION, records
+from schemas import VERSION, cloudevent, records
 from streams.brokers.embedded import EmbeddedBroker
 from streams.common.errors import UsageError
 from streams.common.options import load_config, load_key
@@ -194,7 +194,12 @@ class Run:
                     "ts": d["ts"],
                     "message": "simulated cluster",
                 }
-                await producer.send(records.EVICTIONS, key=v["uid"].encode(), value=orjson.dumps(outcome))
+                await producer.send(
+                    records.EVICTIONS,
+                    key=v["uid"].encode(),
+                    value=orjson.dumps(outcome),
+                    headers=cloudevent.eviction_headers(outcome),
+                )
                 if result == "done":
                     self.evictions += 1
                     print(

@@ -821,7 +821,7 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
                         async def acted() -> bool:
                             return (
                                 await metric(ports["b"], "preemptctl_actuator_outcomes_total") >= 2
-                                and await metric(ports["b"], "preemptctl_actuator_dead_letters_total") >= 1
+                                and await metric(ports["b"], "preemptctl_dead_letters_total") >= 1
                             )
 
                         await eventually(acted, "b to act and refuse the forged decision", logs["b"])

@@ -1,0 +1,90 @@
+"""The worker's operator metrics: how far behind the log it is, what it decides, and how fast.
+
+Each is recorded where its effect happens, through the functions below:
+`folded` after a cluster-events record is folded, `positioned` after the agent
+has moved past a record, `emitted` once a decision is published (acknowledged
+by the broker; under exactly_once, committed). Names follow Prometheus'
+conventions (base units, `_total` for counters); victims per decision mirrors
+kube-scheduler's `scheduler_preemption_victims`.
+
+The worker's own lag goes quiet exactly when the worker is stuck (its scrape
+fails); streams.kafka.lag measures the same from outside, from the group's
+committed offsets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from engine import timeutil
+from engine.errors import InvalidObject
+from schemas.records import DecisionRecord
+
+LAG_RECORDS = Gauge(
+    "preemptctl_worker_lag_records",
+    "cluster-events records not folded yet: the partition's log end offset minus the worker's position.",
+    ["partition"],
+)
+LAG_SECONDS = Gauge(
+    "preemptctl_worker_lag_seconds",
+    "Seconds between the time of the last event folded (its ts) and its fold.",
+    ["partition"],
+)
+DECISIONS = Counter(
+    "preemptctl_decisions_total",
+    "Decisions sent to preemption.decisions, by flow and outcome.",
+    ["flow", "outcome"],
+)
+DECISION_SECONDS = Histogram(
+    "preemptctl_decision_duration_seconds",
+    "Seconds from taking up the cluster-events record that called for a decision to the commit "
+    "that published it (acknowledged by the broker; under exactly_once, visible to consumers).",
+    ["flow"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+# kube-scheduler's buckets for scheduler_preemption_victims: more than 64 victims is rare.
+VICTIMS = Histogram(
+    "preemptctl_preemption_victims",
+    "Victims a preempt decision selects (pods already terminating not counted), by flow.",
+    ["flow"],
+    buckets=(1, 2, 4, 8, 16, 32, 64),
+)
+
+
+def folded(partition: int, ts: object) -> None:
+    """After a record is folded: how old its last event was (the source stamps ts when it sees an event)."""
+    if not isinstance(ts, str):
+        return  # a bad event was dead-lettered; the next good one sets the gauge
+    try:
+        at = timeutil.parse(ts, field="ts") / timeutil.SECOND
+    except InvalidObject:
+        return  # an event with a bad ts was dead-lettered; the next good one sets the gauge
+    LAG_SECONDS.labels(str(partition)).set(max(0.0, time.time() - at))
+
+
+def positioned(partition: int, highwater: Callable[[], int | None], position: int | None) -> None:
+    """After the agent moved past `position`: records left between it and the log end.
+
+    `highwater` is the consumer's log end offset from its last fetch (no request of its own);
+    it is unknown before the first fetch and while the partition is being reassigned.
+    """
+    if position is None:
+        return  # the partition is not open here (revoked, or reopening)
+    try:
+        end = highwater()
+    except (AssertionError, KeyError):  # aiokafka asserts the partition is assigned
+        return
+    if end is not None:
+        LAG_RECORDS.labels(str(partition)).set(max(0, end - (position + 1)))
+
+
+def emitted(decision: DecisionRecord, seconds: float) -> None:
+    """Once `decision` is published, `seconds` after its record was taken up."""
+    flow = decision["flow"]
+    DECISIONS.labels(flow, decision["outcome"]).inc()
+    DECISION_SECONDS.labels(flow).observe(seconds)
+    if decision["outcome"] == "preempt":
+        VICTIMS.labels(flow).observe(sum(1 for v in decision["victims"] if not v.get("terminating")))

@@ -1,0 +1,179 @@
+"""The dashboard and alerting rules in deploy/, without servers: promtool, the metric names, the chart.
+
+promtool (Debian's prometheus package, which `make test` installs) checks the
+rules and runs their unit tests (tests/prometheus/rules-test.yaml). Every metric
+the dashboard and the rules name must be one the code registers, so a renamed
+metric fails here. tests/k8s/test_prometheus.py scrapes the real components.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from prometheus_client import REGISTRY
+
+from tests import tools
+from tests.k8s import test_deploy
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = ROOT / "deploy" / "helm" / "preemptctl" / "files"
+DASHBOARD = FILES / "grafana-dashboard.json"
+RULES = FILES / "prometheus-rules.yaml"
+RULE_TESTS = ROOT / "tests" / "prometheus" / "rules-test.yaml"
+# The modules that define every preemptctl metric (importing them registers the metrics).
+METRIC_MODULES = (
+    "streams.common.health",
+    "streams.kafka.deadletter",
+    "streams.kafka.lag",
+    "streams.pipeline.metrics",
+    "streams.pipeline.worker",
+    "streams.kube.actuator",
+    "streams.kube.eviction",
+    "streams.kube.lease",
+    "streams.kube.source",
+)
+ROWS = [
+    "Worker: lag behind preemption.cluster-events",
+    "Worker: decisions and victims",
+    "Actuator: outcomes",
+    "Dead letters",
+    "Actuator: leader",
+]
+# promtool runs in well under a second; a hung one must not hold the suite.
+PROMTOOL_TIMEOUT_S = 60
+METRIC_NAME = re.compile(r"\bpreemptctl_[a-z_]+")
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [tools.need("promtool", "prometheus"), *args],
+        capture_output=True,
+        text=True,
+        timeout=PROMTOOL_TIMEOUT_S,
+        check=False,
+        cwd=RULE_TESTS.parent,  # where the rule tests' relative rule_files start
+    )
+
+
+def dashboard() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return loaded
+
+
+def panel_queries(board: dict[str, Any]) -> list[tuple[str, str]]:
+    """(panel title, PromQL) for every target of every panel."""
+    return [(p["title"], t["expr"]) for p in board["panels"] if p["type"] != "row" for t in p["targets"]]
+
+
+def rule_queries() -> list[tuple[str, str]]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return [(r["alert"], r["expr"]) for g in groups for r in g["rules"]]
+
+
+def test_promtool_checks_the_rules() -> None:
+    run = promtool("check", "rules", str(RULES))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "SUCCESS: 4 rules found" in run.stdout
+
+
+def test_the_alerts_fire_when_they_should_and_only_then() -> None:
+    run = promtool("test", "rules", str(RULE_TESTS))
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_dashboard_has_one_row_per_component_and_every_panel_a_query() -> None:
+    board = dashboard()
+    assert [p["title"] for p in board["panels"] if p["type"] == "row"] == ROWS
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    assert [v["name"] for v in board["templating"]["list"]] == ["datasource"]
+    tops = [p["gridPos"]["y"] for p in board["panels"]]
+    assert tops == sorted(tops)  # rows and their panels top to bottom, in order
+    for panel in board["panels"]:
+        if panel["type"] == "row":
+            continue
+        assert panel["targets"] and panel["description"], panel["title"]
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert all(t["datasource"] == panel["datasource"] and t["expr"] for t in panel["targets"])
+
+
+def registered_names() -> set[str]:
+    """Every sample name the code's metrics can export (a labelled metric exports none until used)."""
+    for module in METRIC_MODULES:
+        importlib.import_module(module)
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "info": ("_info",)}
+    return {
+        family.name + suffix for family in REGISTRY.collect() for suffix in suffixes.get(family.type, ("",))
+    }
+
+
+def test_the_dashboard_and_rules_name_only_metrics_the_code_exports() -> None:
+    known = registered_names()
+    for where, query in panel_queries(dashboard()) + rule_queries():
+        named = set(METRIC_NAME.findall(query))
+        assert named, where
+        assert named <= known, f"{where}: {sorted(named - known)} not exported by preemptctl"
+
+
+def monitoring_values(**flags: bool) -> dict[str, Any]:
+    chart_values = test_deploy.values()
+    for name, enabled in flags.items():
+        chart_values["monitoring"][name]["enabled"] = enabled
+    return chart_values
+
+
+@pytest.fixture
+def files_get(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Helm's `.Files.Get` for tests/k8s/test_deploy.py's renderer: the chart's own files."""
+    monkeypatch.setitem(
+        test_deploy.FUNCTIONS, ".Files.Get", lambda path: (test_deploy.CHART / path).read_text()
+    )
+
+
+def test_the_chart_installs_dashboard_rules_and_scrape_config_behind_flags(files_get: None) -> None:
+    def monitoring(d: dict[str, Any]) -> bool:
+        component = d["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+        return d["kind"] == "ConfigMap" or component in ("metrics", "monitoring")
+
+    assert not [d for d in test_deploy.manifests(test_deploy.DEFAULTS) if monitoring(d)]
+    chart_values = monitoring_values(dashboard=True, prometheusRule=True, serviceMonitor=True)
+    schema = json.loads((test_deploy.CHART / "values.schema.json").read_text())
+    jsonschema.Draft7Validator(schema).validate(chart_values)
+    docs = test_deploy.manifests(chart_values)
+
+    (dash,) = test_deploy.by_kind(docs, "ConfigMap").values()
+    assert dash["metadata"]["labels"]["grafana_dashboard"] == "1"  # what Grafana's sidecar looks for
+    assert json.loads(dash["data"]["preemptctl.json"]) == dashboard()
+
+    (rule,) = test_deploy.by_kind(docs, "PrometheusRule").values()
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["spec"] == yaml.safe_load(RULES.read_text())  # the file promtool checks, unchanged
+
+    (monitor,) = test_deploy.by_kind(docs, "ServiceMonitor").values()
+    selects = monitor["spec"]["selector"]["matchLabels"].items()
+    # One Service selected (the worker's own headless Service is not: no target scraped twice).
+    (service,) = [
+        s for s in test_deploy.by_kind(docs, "Service").values() if selects <= s["metadata"]["labels"].items()
+    ]
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": chart_values["metricsPort"], "targetPort": "metrics"}
+    ]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"], endpoint["interval"]) == ("metrics", "/metrics", "30s")
+    workloads = [
+        *test_deploy.by_kind(docs, "Deployment").values(),
+        *test_deploy.by_kind(docs, "StatefulSet").values(),
+    ]
+    assert len(workloads) == 3
+    for deployment in workloads:
+        pod = deployment["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= pod.items()  # every component is scraped
+        assert test_deploy.container(deployment)["ports"][0]["name"] == "metrics"
