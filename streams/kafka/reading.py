@@ -128,10 +128,17 @@ class PartitionReader:
         self._consumer.assign([tp])
         start = (await self._consumer.beginning_offsets([tp]))[tp]
         end = (await self._consumer.end_offsets([tp]))[tp]
-        # The embedded broker reports the end short by the last batch: read past it.
-        async for m in self.read(topic, partition, end):
-            end = m.offset + 1
-        return start, end
+        # The embedded broker reports the end short by the last batch, so fetch once at the
+        # reported end: a fetch returns whole batches, that one included. Once only: on a live
+        # log records keep coming, and reading on until it went quiet might never end.
+        consumer = self._consumer
+        consumer.seek(tp, end)
+        while True:
+            msgs = (await consumer.getmany(tp, timeout_ms=IDLE_POLL_MS)).get(tp, [])
+            if msgs:
+                return start, msgs[-1].offset + 1
+            if await consumer.position(tp) >= end:  # asked after a poll (see `read`)
+                return start, end
 
     async def read(
         self, topic: str, partition: int, start: int, end: int | None = None

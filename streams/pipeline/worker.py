@@ -322,8 +322,12 @@ class PartitionWorker:
         return self.position + 1
 
     async def catch_up(self, until: int | None = None) -> None:
-        """Fold the log after the state up to `until` (None: to its end), then commit."""
+        """Fold the log after the state up to `until` (None: its end as it is now), then commit."""
         async with self.setup.reader() as reader:
+            if until is None:
+                # The end when catching up starts: a live log never goes quiet, and the
+                # transport feeds what comes after.
+                until = (await reader.bounds(topics.CLUSTER_EVENTS, self.partition))[1]
             async for m in reader.read(topics.CLUSTER_EVENTS, self.partition, self.position + 1, until):
                 await self.process(m.offset, m.key, m.value)
         await self.commit()

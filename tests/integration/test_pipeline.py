@@ -8,6 +8,7 @@ produce exactly that log: byte-identical records, no decision lost or doubled.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import shutil
 import uuid
@@ -16,6 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from engine.config import Config
 from schemas import records
@@ -272,3 +274,47 @@ def test_a_record_near_the_size_limit_is_published(broker: str) -> None:
         return got.value
 
     assert asyncio.run(scenario()) == value
+
+
+def test_bounds_end_while_the_log_keeps_growing(broker: str) -> None:
+    """A live cluster never lets cluster-events go quiet: a partition must still open.
+
+    `bounds` once read past the reported end until the log went quiet (the embedded broker
+    reports the end short by its last batch); with a source writing every 0.1 s it never
+    returned, and the worker never opened its partition.
+    """
+    from streams.kafka.reading import PartitionReader
+
+    writing = asyncio.Event()
+
+    async def keep_writing(producer: AIOKafkaProducer) -> None:
+        i = 0
+        while True:
+            await producer.send_and_wait(records.CLUSTER_EVENTS, b'{"i": %d}' % i, key=b"k", partition=0)
+            i += 1
+            if i == 20:
+                writing.set()
+            await asyncio.sleep(0.02)
+
+    async def scenario() -> tuple[int, int, list[int]]:
+        await kafka_topics.ensure_topics(broker)
+        producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all")
+        await producer.start()
+        writer = asyncio.create_task(keep_writing(producer))
+        try:
+            await writing.wait()
+            async with PartitionReader(broker) as reader:
+                # Bounded: the old reader was still reading when these ran out.
+                before = (await asyncio.wait_for(reader.bounds(records.CLUSTER_EVENTS, 0), 20))[1]
+                start, end = await asyncio.wait_for(reader.bounds(records.CLUSTER_EVENTS, 0), 20)
+                read = [m.offset async for m in reader.read(records.CLUSTER_EVENTS, 0, start, end)]
+            return before, end, read
+        finally:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+            await producer.stop()
+
+    before, end, read = asyncio.run(scenario())
+    assert 20 <= before <= end  # every record acknowledged before the call is inside the bounds
+    assert read[-1] == end - 1  # and the bounds are what a read gets
