@@ -23,9 +23,9 @@ from engine.config import Config
 from schemas import records
 from streams.common.health import Health, HealthServer
 from streams.kafka import topics
+from streams.kafka.deadletter import Origin
 from streams.pipeline import fold, outbox, snapshot, tables
 from streams.pipeline.faults import Faults
-from streams.pipeline.outbox import Origin
 from streams.pipeline.partitions import Partitions
 from streams.pipeline.worker import CHECKPOINT_INTERVAL_S, PartitionWorker, SnapshotPolicy
 from streams.sim import simulator, traces

@@ -40,6 +40,7 @@ from schemas.records import DEAD_LETTER, DECISIONS, EVICTIONS, DecisionRecord, E
 from streams.common import health, options
 from streams.common.errors import UsageError
 from streams.kafka import deadletter, lag
+from streams.kafka.deadletter import Origin
 from streams.kafka.sink import KafkaSink, RecordSink
 from streams.kube import api as kube
 from streams.kube import component, eviction, lease, source
@@ -154,13 +155,6 @@ class Topics:
     decisions: str = DECISIONS
     evictions: str = EVICTIONS
     dead_letter: str = DEAD_LETTER
-
-
-@dataclass(frozen=True)
-class Origin:
-    topic: str
-    partition: int
-    offset: int
 
 
 # ---- the actuator -------------------------------------------------------------------
@@ -319,13 +313,7 @@ class Actuator:
         log.warning(
             "refused %s[%d]@%d: %s: %s", origin.topic, origin.partition, origin.offset, error_class, exc
         )
-        headers = [
-            ("origin-topic", origin.topic.encode()),
-            ("origin-partition", str(origin.partition).encode()),
-            ("origin-offset", str(origin.offset).encode()),
-            ("error-class", error_class.encode()),
-            ("error", str(exc).encode()),
-        ]
+        headers = deadletter.origin_headers(origin, error_class, str(exc))
         await self._sink.send(
             self.topics.dead_letter, value, key=key, headers=deadletter.headers(key, value, headers)
         )

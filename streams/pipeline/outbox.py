@@ -39,6 +39,7 @@ from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 from schemas import cloudevent, records
 from schemas.records import DecisionRecord
 from streams.kafka import deadletter, topics
+from streams.kafka.deadletter import Origin
 from streams.kafka.memory import MemoryBroker
 from streams.pipeline.faults import NONE, Faults, InjectedFault
 
@@ -59,8 +60,6 @@ TRANSACTIONS_INIT_TIMEOUT_S = 30.0
 # How long a transaction may stay open on the broker before it aborts it: a worker
 # that stops without committing cannot block read_committed consumers for longer.
 TRANSACTION_TIMEOUT_MS = 60_000
-# The first this many characters of an error go into a dead letter's `error` header.
-ERROR_HEADER_CHARS = 1000
 
 
 class SendFailed(RuntimeError):
@@ -78,16 +77,6 @@ class Outgoing:
     key: bytes | None
     value: bytes | None  # None: a tombstone (compacted topics)
     headers: Headers = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """Where a rejected record or event came from."""
-
-    topic: str
-    partition: int
-    offset: int
-    index: int | None = None  # the event's position in its record; None: the whole record
 
 
 # ---- building records ----------------------------------------------------------------------
@@ -113,15 +102,7 @@ def dead_letter(
     replaced by a reference to their origin, with their size and digest, and the
     header `value-omitted: too-large`; the origin topic still holds them.
     """
-    headers = [
-        ("origin-topic", origin.topic.encode()),
-        ("origin-partition", str(origin.partition).encode()),
-        ("origin-offset", str(origin.offset).encode()),
-        ("error-class", error_class.encode()),
-        ("error", error[:ERROR_HEADER_CHARS].encode()),
-    ]
-    if origin.index is not None:
-        headers.append(("origin-index", str(origin.index).encode()))
+    headers = deadletter.origin_headers(origin, error_class, error)
     if len(value) + len(key or b"") > topics.VALUE_MAX_BYTES:
         value = orjson.dumps(
             {

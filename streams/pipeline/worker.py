@@ -54,11 +54,12 @@ from engine.config import Config
 from schemas import records
 from schemas.records import DecisionRecord
 from streams.kafka import deadletter, topics
+from streams.kafka.deadletter import Origin
 from streams.pipeline import metrics, snapshot
 from streams.pipeline import outbox as outbox_mod
 from streams.pipeline.controller import BadEvent, Controller, Decide
 from streams.pipeline.faults import Faults
-from streams.pipeline.outbox import Fenced, Origin, Outbox, Outgoing, SendFailed
+from streams.pipeline.outbox import Fenced, Outbox, Outgoing, SendFailed
 from streams.pipeline.snapshot import Manifest, Reader
 from streams.pipeline.store import Store
 

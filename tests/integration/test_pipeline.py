@@ -245,6 +245,7 @@ def test_a_record_near_the_size_limit_is_published(broker: str) -> None:
 
     faust's default producer limit (1,000,000 bytes) refused such a record.
     """
+    from streams.kafka import deadletter
     from streams.kafka.reading import PartitionReader
     from streams.pipeline import outbox
 
@@ -252,7 +253,7 @@ def test_a_record_near_the_size_limit_is_published(broker: str) -> None:
     record = outbox.dead_letter(
         key=b"big",
         value=value,
-        origin=outbox.Origin(records.CLUSTER_EVENTS, 0, 1),
+        origin=deadletter.Origin(records.CLUSTER_EVENTS, 0, 1),
         error_class="E",
         error="big",
         partition=0,

@@ -29,9 +29,10 @@ from prometheus_client import REGISTRY
 from schemas import chain
 from schemas.records import VictimRecord
 from streams.kafka import topics as kafka_topics
+from streams.kafka.deadletter import Origin
 from streams.kafka.sink import KafkaSink, MemorySink
 from streams.kube import actuator, api, eviction
-from streams.kube.actuator import Actuator, Origin, Topics
+from streams.kube.actuator import Actuator, Topics
 from streams.kube.ledger import Ledger
 from tests.k8s import objects
 from tests.k8s.conftest import fresh_topic
