@@ -56,6 +56,8 @@ class Budgets:
     # ---- pods ----------------------------------------------------------------------
 
     def add_pod(self, pod: Pod) -> None:
+        if not self.pdbs:
+            return  # most pod events in a cluster without PDBs: nothing to match
         ns = pod.namespace
         candidates: set[str] = set(self._unanchored.get(ns, ()))
         for k, v in pod.labels.items():

@@ -177,7 +177,11 @@ class Ranking:
     def _free(self, state: NodeState) -> Resources:
         if self.cluster.nominated_on(state.node.name):
             return default.free_for(self.cluster, state, self.pre)
-        return self.summaries.get(self.kind, state, self.keep).free
+        # From the node's totals, not its summary: a node that fits or that a filter
+        # rejects never needs one built.
+        free = dict(state.node.allocatable)
+        resources.sub(free, state.used)
+        return free
 
     def settle(self) -> None:
         """Compute the bound of every PENDING node: a decision is about to rank candidates."""
