@@ -182,6 +182,19 @@ def _flag(value: str | None) -> bool | None:
     return None if value is None else value.strip().lower() == "true"
 
 
+def _promised(cluster: Cluster, name: str, uids: set[str], prio: int) -> list[Pod]:
+    """Pending pods nominated to `name` (not the gang's own) at least as important as `prio`."""
+    return [
+        p
+        for p in cluster.pods.values()
+        if p.node is None
+        and not p.terminal
+        and p.nominated == name
+        and p.uid not in uids
+        and _prio(cluster, p) >= prio
+    ]
+
+
 def _bound(cluster: Cluster) -> list[Pod]:
     return [p for p in cluster.pods.values() if p.node is not None and not p.terminal]
 
@@ -274,15 +287,7 @@ def decide_job(cluster: Cluster, pods: list[Pod], now: int, config: Any) -> dict
                 continue
             here = [p for p in _bound(cluster) if p.node == name and p not in committed]
             here += [g for g in gang if placed.get(g.uid) == name]
-            promised = [
-                p
-                for p in cluster.pods.values()
-                if p.node is None
-                and not p.terminal
-                and p.nominated == name
-                and p.uid not in uids
-                and _prio(cluster, p) >= prio
-            ]
+            promised = _promised(cluster, name, uids, prio)
             if _fits(m.requests, node.allocatable, here + promised):
                 fits_on.append(name)
                 continue
@@ -344,15 +349,7 @@ def decide_job(cluster: Cluster, pods: list[Pod], now: int, config: Any) -> dict
     for name in sorted(set(placed.values())):
         node = cluster.nodes[name].node
         need = [m for m in gang if placed[m.uid] == name]
-        promised = [
-            p
-            for p in cluster.pods.values()
-            if p.node is None
-            and not p.terminal
-            and p.nominated == name
-            and p.uid not in uids
-            and _prio(cluster, p) >= prio
-        ]
+        promised = _promised(cluster, name, uids, prio)
         here = [p for p in _bound(cluster) if p.node == name]
         pool = sorted((p for p in here if eligible(p)), key=lambda p: _more_important(cluster, p))
         kept = [p for p in here if p not in pool]

@@ -68,6 +68,18 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _reference_figures(ref_latencies: list[float], engine_rate: float, *, agrees: bool) -> dict[str, Any]:
+    """The reference's rate on the same questions, and how the engine compares."""
+    ref_rate = len(ref_latencies) / sum(ref_latencies)
+    return {
+        "reference_decisions": len(ref_latencies),
+        "reference_decisions_per_s": round(ref_rate, 3),
+        "reference_p50_ms": round(statistics.median(ref_latencies) * 1000, 1),
+        "speedup": round(engine_rate / ref_rate, 1),
+        "reference_agrees": agrees,
+    }
+
+
 def run(
     nodes: int, pods_per_node: int, count: int, shape: str, mode: str, reference_decisions: int
 ) -> dict[str, Any]:
@@ -128,12 +140,7 @@ def run(
         "machine": machine.describe(),
     }
     if ref_latencies:
-        ref_rate = len(ref_latencies) / sum(ref_latencies)
-        result["reference_decisions"] = len(ref_latencies)
-        result["reference_decisions_per_s"] = round(ref_rate, 2)
-        result["reference_p50_ms"] = round(statistics.median(ref_latencies) * 1000, 1)
-        result["speedup"] = round(engine_rate / ref_rate, 1)
-        result["reference_agrees"] = disagreements == 0
+        result.update(_reference_figures(ref_latencies, engine_rate, agrees=disagreements == 0))
     return result
 
 
@@ -274,12 +281,7 @@ def run_mixed(
         "machine": machine.describe(),
     }
     if ref_latencies:
-        ref_rate = len(ref_latencies) / sum(ref_latencies)
-        result["reference_decisions"] = len(ref_latencies)
-        result["reference_decisions_per_s"] = round(ref_rate, 3)
-        result["reference_p50_ms"] = round(statistics.median(ref_latencies) * 1000, 1)
-        result["speedup"] = round((count / total) / ref_rate, 1)
-        result["reference_agrees"] = not disagreements
+        result.update(_reference_figures(ref_latencies, count / total, agrees=not disagreements))
         if disagreements:
             result["disagreements"] = disagreements[:3]
     return result

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import timeutil
+from streams.sim import workloads
 
 EPOCH = "2026-01-01T00:00:00Z"
 _T0 = timeutil.parse(EPOCH)
@@ -309,17 +310,7 @@ class MixedCluster:
                 ],
                 "terminationGracePeriodSeconds": 30,
             },
-            "status": {
-                "phase": "Pending",
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "lastTransitionTime": ts,
-                    }
-                ],
-            },
+            "status": workloads.unschedulable(ts),
         }
 
     def preemptor_shapes(self, count: int = 60) -> list[dict[str, Any]]:

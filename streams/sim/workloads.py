@@ -33,22 +33,22 @@ def node(i: int) -> dict[str, Any]:
     }
 
 
+def unschedulable(ts: str) -> dict[str, Any]:
+    """A pending pod's status once the scheduler found no node: what asks for preemption."""
+    return {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastTransitionTime": ts}
+        ],
+    }
+
+
 def pod(
     name: str, *, priority: int, cpu: str, memory: str, node: str | None, ts: str = EPOCH
 ) -> dict[str, Any]:
     status: dict[str, Any]
     if node is None:
-        status = {
-            "phase": "Pending",
-            "conditions": [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "lastTransitionTime": ts,
-                }
-            ],
-        }
+        status = unschedulable(ts)
     else:
         status = {
             "phase": "Running",
