@@ -47,6 +47,11 @@ TOUCH_LOG_TRIM = 50_000
 HEAP_SLACK = 4
 # `settle` heapifies when the new entries exceed 1/BULK_FRACTION of the heap, else pushes each.
 BULK_FRACTION = 8
+# A node with at most this many pods is evaluated in full when it is settled instead of
+# bounded: on small nodes an evaluation costs about what a summary and its bound do,
+# and it is exact, so it is never evaluated again while the node stays as it is.
+# Not in minimal mode, whose evaluation (a branch and bound) costs several bounds.
+EVALUATE_MAX_PODS = 8
 EXPLAIN_CANDIDATES = default.EXPLAIN_CANDIDATES
 EXPLAIN_REJECTED = default.EXPLAIN_REJECTED
 
@@ -194,10 +199,13 @@ class Ranking:
         push_expiry = self.expiring.append if bulk else lambda item: heapq.heappush(self.expiring, item)
         for name in self.pending:
             state = self.cluster.nodes[name]
+            e = self.state[name]
+            if not self.minimal and len(state.pods) <= EVALUATE_MAX_PODS:
+                self._settle_exact(name, state, e, push, push_expiry)
+                continue
             s = self.summaries.get(self.kind, state, self.keep)
             free = self._free(state)
             b = summary.bound(s, free, pre.requests, pre.priority, now, minimal=self.minimal)
-            e = self.state[name]
             e.tier, e.bound, e.reason, e.expires = b.tier, b.value, b.reason, b.expires
             if b.tier == REJECTED:
                 self.rejected.add(name)
@@ -211,6 +219,34 @@ class Ranking:
         if bulk:
             heapq.heapify(self.heap)
             heapq.heapify(self.expiring)
+
+    def _settle_exact(
+        self,
+        name: str,
+        state: NodeState,
+        e: Entry,
+        push: Callable[[tuple[Any, str, int]], None],
+        push_expiry: Callable[[tuple[int, str, int]], None],
+    ) -> None:
+        """A small node is evaluated outright: that costs about what its summary and bound would."""
+        pods = state.pods.values() if self.keep is None else [p for p in state.pods.values() if self.keep(p)]
+        ev = self.evaluate(self.cluster, state, self.pre, self.now, sorted(pods, key=summary.importance))
+        if ev.status == FITS:
+            raise AssertionError(f"{name} was checked not to fit, and its evaluation says it fits")
+        e.tier, e.reason, e.expires = ev.status, ev.reason, ev.expires
+        # No bound that outlives the evaluation: a PDB change can lower the key (`demote`),
+        # and then the node is evaluated again, not refined (there is no bound to refine).
+        e.bound, e.refined = (), True
+        if ev.status == REJECTED:
+            self.rejected.add(name)
+            self.reasons[ev.reason] = self.reasons.get(ev.reason, 0) + 1
+        else:
+            e.exact = ev
+            self.exacts.add(name)
+            self.candidate_count += 1
+            push((ev.key, name, e.stamp))
+        if ev.expires is not None:
+            push_expiry((ev.expires, name, e.stamp))
 
     def drop(self, name: str) -> None:
         e = self.state.pop(name, None)
