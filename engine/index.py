@@ -47,8 +47,8 @@ TOUCH_LOG_TRIM = 50_000
 HEAP_SLACK = 4
 # `settle` heapifies when the new entries exceed 1/BULK_FRACTION of the heap, else pushes each.
 BULK_FRACTION = 8
-# A node with at most this many pods is evaluated in full when it is settled instead of
-# bounded: on small nodes an evaluation costs about what a summary and its bound do,
+# A node with at most this many pods is evaluated in full when it is checked instead of
+# summarised and bounded later: on small nodes an evaluation costs about what those do,
 # and it is exact, so it is never evaluated again while the node stays as it is.
 # Not in minimal mode, whose evaluation (a branch and bound) costs several bounds.
 EVALUATE_MAX_PODS = 8
@@ -113,7 +113,8 @@ class Ranking:
     and leaves the old one to be skipped, in O(log n) C-level work; fitting and
     rejected nodes, which change far less, are kept by name. A changed node is
     first only checked for fitting (PENDING); its bound is computed when a
-    decision next needs candidates (`settle`).
+    decision next needs candidates (`settle`). A small node (EVALUATE_MAX_PODS)
+    is evaluated in full when it is checked instead.
     """
 
     def __init__(
@@ -148,19 +149,21 @@ class Ranking:
         self.heap: list[tuple[tuple[int, ...], str, int]] = []
         self.expiring: list[tuple[int, str, int]] = []
         self._stamp = 0
-        fits, rejected = [], []
+        fits: list[str] = []
+        rejected: list[str] = []
         for name, node in cluster.nodes.items():
             e = self._check(node)
             self.state[name] = e
             if e.tier == FITS:
                 fits.append(name)
-            elif e.tier == REJECTED:
-                rejected.append(name)
-                self.reasons[e.reason] = self.reasons.get(e.reason, 0) + 1
-            else:
+            elif e.tier == PENDING:
                 self.pending.add(name)
+            else:
+                self._file(name, e, self.heap.append, self.expiring.append, rejected.append)
         self.fits.update(fits)
         self.rejected.update(rejected)
+        heapq.heapify(self.heap)
+        heapq.heapify(self.expiring)
 
     # ---- one node's entry ------------------------------------------------------------
 
@@ -175,9 +178,24 @@ class Ranking:
             self._filtered[node.name] = held
         if held[1] is not None:
             return Entry(REJECTED, (), held[1], None, self._stamp, filtered=True)
+        if not self.minimal and len(state.pods) <= EVALUATE_MAX_PODS:
+            return self._evaluated(state)
         if resources.fits(self.pre.requests, self._free(state)):
             return Entry(FITS, (), "fits without preemption", None, self._stamp)
         return Entry(PENDING, (), "", None, self._stamp)
+
+    def _evaluated(self, state: NodeState) -> Entry:
+        """A small node evaluated outright: about the cost of checking, summarising and bounding it."""
+        pods = state.pods.values() if self.keep is None else [p for p in state.pods.values() if self.keep(p)]
+        ev = self.evaluate(self.cluster, state, self.pre, self.now, sorted(pods, key=summary.importance))
+        if ev.status == FITS:
+            return Entry(FITS, (), "fits without preemption", None, self._stamp)
+        # No bound that outlives the evaluation: a PDB change can lower the key (`demote`),
+        # and then the node is evaluated again, not refined (there is no bound to refine).
+        e = Entry(ev.status, (), ev.reason, ev.expires, self._stamp, refined=True)
+        if ev.status == CANDIDATE:
+            e.exact = ev
+        return e
 
     def _free(self, state: NodeState) -> Resources:
         if self.cluster.nominated_on(state.node.name):
@@ -200,9 +218,6 @@ class Ranking:
         for name in self.pending:
             state = self.cluster.nodes[name]
             e = self.state[name]
-            if not self.minimal and len(state.pods) <= EVALUATE_MAX_PODS:
-                self._settle_exact(name, state, e, push, push_expiry)
-                continue
             s = self.summaries.get(self.kind, state, self.keep)
             free = self._free(state)
             b = summary.bound(s, free, pre.requests, pre.priority, now, minimal=self.minimal)
@@ -219,34 +234,6 @@ class Ranking:
         if bulk:
             heapq.heapify(self.heap)
             heapq.heapify(self.expiring)
-
-    def _settle_exact(
-        self,
-        name: str,
-        state: NodeState,
-        e: Entry,
-        push: Callable[[tuple[Any, str, int]], None],
-        push_expiry: Callable[[tuple[int, str, int]], None],
-    ) -> None:
-        """A small node is evaluated outright: that costs about what its summary and bound would."""
-        pods = state.pods.values() if self.keep is None else [p for p in state.pods.values() if self.keep(p)]
-        ev = self.evaluate(self.cluster, state, self.pre, self.now, sorted(pods, key=summary.importance))
-        if ev.status == FITS:
-            raise AssertionError(f"{name} was checked not to fit, and its evaluation says it fits")
-        e.tier, e.reason, e.expires = ev.status, ev.reason, ev.expires
-        # No bound that outlives the evaluation: a PDB change can lower the key (`demote`),
-        # and then the node is evaluated again, not refined (there is no bound to refine).
-        e.bound, e.refined = (), True
-        if ev.status == REJECTED:
-            self.rejected.add(name)
-            self.reasons[ev.reason] = self.reasons.get(ev.reason, 0) + 1
-        else:
-            e.exact = ev
-            self.exacts.add(name)
-            self.candidate_count += 1
-            push((ev.key, name, e.stamp))
-        if ev.expires is not None:
-            push_expiry((ev.expires, name, e.stamp))
 
     def drop(self, name: str) -> None:
         e = self.state.pop(name, None)
@@ -282,11 +269,35 @@ class Ranking:
         self.state[name] = e
         if e.tier == FITS:
             self.fits.add(name)
-        elif e.tier == REJECTED:
-            self.rejected.add(name)
+        elif e.tier == PENDING:
+            self.pending.add(name)
+        else:
+            self._file(
+                name,
+                e,
+                lambda item: heapq.heappush(self.heap, item),
+                lambda item: heapq.heappush(self.expiring, item),
+                self.rejected.add,
+            )
+
+    def _file(
+        self,
+        name: str,
+        e: Entry,
+        push: Callable[[tuple[tuple[int, ...], str, int]], None],
+        push_expiry: Callable[[tuple[int, str, int]], None],
+        reject: Callable[[str], None],
+    ) -> None:
+        """File a rejected or evaluated entry (a small node's, or a filter's verdict)."""
+        if e.tier == REJECTED:
+            reject(name)
             self.reasons[e.reason] = self.reasons.get(e.reason, 0) + 1
         else:
-            self.pending.add(name)
+            self.exacts.add(name)
+            self.candidate_count += 1
+            push((e.value, name, e.stamp))
+        if e.expires is not None:
+            push_expiry((e.expires, name, e.stamp))
 
     def _push(self, e: Entry, name: str) -> None:
         heapq.heappush(self.heap, (e.value, name, e.stamp))

@@ -19,6 +19,7 @@ once, as a worker restored from a snapshot builds it.
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 from engine import case as case_mod
 from engine import cluster as cluster_mod
 from engine import default, flows, objects, reference, timeutil
+from engine import index as index_mod
 from engine.cluster import Cluster
 from engine.config import Config
 from engine.decision import Decision
@@ -95,10 +97,22 @@ def _decide(cluster: Cluster, pods: list[Pod], now: int, config: Config, index: 
 
 
 @SETTINGS
-@given(churn.clusters(), st.data(), st.sampled_from(("kubernetes", "minimal")))
+@given(
+    churn.clusters(),
+    st.data(),
+    st.sampled_from(("kubernetes", "minimal")),
+    # These clusters' nodes hold few pods: 0 makes every node go through summaries and
+    # bounds, the default evaluates the small ones outright (engine.index.EVALUATE_MAX_PODS).
+    st.sampled_from((0, index_mod.EVALUATE_MAX_PODS)),
+)
 def test_long_lived_index_matches_fresh_and_reference_through_churn(
-    raw: dict[str, Any], data: st.DataObject, mode: str
+    raw: dict[str, Any], data: st.DataObject, mode: str, evaluate_max_pods: int
 ) -> None:
+    with mock.patch.object(index_mod, "EVALUATE_MAX_PODS", evaluate_max_pods):
+        _long_lived_index_through_churn(raw, data, mode)
+
+
+def _long_lived_index_through_churn(raw: dict[str, Any], data: st.DataObject, mode: str) -> None:
     cluster = _cluster(raw)
     config = Config(victim_selection=mode)
     questions = _preemptors(cluster)
