@@ -18,6 +18,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import REGISTRY
 
 from engine.config import Config
 from schemas import records
@@ -99,6 +100,32 @@ def test_a_failed_send_leaves_nothing_lost_or_doubled(
         asyncio.run(p.feed())
         assert not p.fatal
         assert p.decisions() == want, f"{fault}={n}"
+
+
+def _counted_decisions() -> float:
+    return sum(
+        s.value
+        for m in REGISTRY.collect()
+        if m.name == "preemptctl_decisions"
+        for s in m.samples
+        if s.name.endswith("_total")
+    )
+
+
+@pytest.mark.parametrize("transactional", [True, False], ids=["transactions", "at-least-once"])
+@pytest.mark.parametrize("fault", ["", "fail-send=3", "abort-commit=1", "abort-commit=2"])
+def test_every_published_decision_is_counted_once(tmp_path: Path, transactional: bool, fault: str) -> None:
+    """preemptctl_decisions_total equals the decisions in the topic, whatever failed on the way.
+
+    Without transactions an acknowledged decision is published even when the commit
+    after it fails, and the reopened worker finds it published and sends it no more:
+    counting only after the commit lost it.
+    """
+    before = _counted_decisions()
+    p = Pipeline(tmp_path, transactional=transactional, faults=Faults.parse([fault] if fault else []))
+    p.produce(batches(_log(12), per_record=5))
+    asyncio.run(p.feed())
+    assert _counted_decisions() - before == len(p.decisions())
 
 
 def test_a_failed_store_write_keeps_its_changes(tmp_path: Path) -> None:

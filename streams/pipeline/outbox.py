@@ -128,6 +128,9 @@ def dead_letter(
 
 
 class Outbox(Protocol):
+    # With transactions a record is visible at `commit`; without, once `flush` returned.
+    transactional: bool
+
     async def send(self, record: Outgoing) -> None:
         """Queue one record (raise SendFailed if it cannot even be queued)."""
 
@@ -210,7 +213,7 @@ class KafkaOutbox:
         faults: Faults = NONE,
     ) -> None:
         self._producer = producer
-        self._transactional = transactional
+        self.transactional = transactional
         self._owns = owns_producer
         self._faults = faults
         self._pending: list[Awaitable[Any]] = []
@@ -220,7 +223,7 @@ class KafkaOutbox:
     async def send(self, record: Outgoing) -> None:
         try:
             self._faults.check("fail-send")
-            if self._transactional and not self._open:
+            if self.transactional and not self._open:
                 await self._producer.begin_transaction()
                 self._open = True
             fut = await self._producer.send(
@@ -249,7 +252,7 @@ class KafkaOutbox:
         await self.flush()
         decided, self._decisions = self._decisions, 0
         await _commit_faults(self._faults, decided, self.abort)
-        if self._transactional and self._open:
+        if self.transactional and self._open:
             try:
                 await self._producer.commit_transaction()
             except KafkaError as exc:
@@ -259,7 +262,7 @@ class KafkaOutbox:
     async def abort(self) -> None:
         self._pending = []
         self._decisions = 0
-        if self._transactional and self._open:
+        if self.transactional and self._open:
             self._open = False
             try:
                 await self._producer.abort_transaction()
@@ -276,7 +279,7 @@ class MemoryOutbox:
 
     def __init__(self, broker: MemoryBroker, *, transactional: bool = True, faults: Faults = NONE) -> None:
         self.broker = broker
-        self._transactional = transactional
+        self.transactional = transactional
         self._faults = faults
         self._queued: list[Outgoing] = []  # transactional: appended at commit
         self._offsets: list[int] = []
@@ -291,7 +294,7 @@ class MemoryOutbox:
         except InjectedFault as exc:
             raise SendFailed(str(exc)) from exc
         self._decisions += record.topic == records.DECISIONS
-        if self._transactional:
+        if self.transactional:
             self._queued.append(record)
             # Offsets as the broker will give them at commit (nothing else writes there meanwhile).
             end = (await self.broker.bounds(record.topic, record.partition))[1]

@@ -452,19 +452,17 @@ class PartitionWorker:
             return
         try:
             offsets = await self.outbox.flush()
+            if not self.outbox.transactional:
+                # Acknowledged is published: a commit that fails after this must not lose
+                # the count (a reopened worker finds these decisions published, sends none).
+                self._count_published()
             await self.outbox.commit()
         except SendFailed as exc:
             self._break(exc)
             raise PartitionBroken(self.broken) from exc
+        if self.outbox.transactional:
+            self._count_published()  # visible to read_committed consumers from now on
         sent, self._sent = self._sent, []
-        published, self._decided = self._decided, []
-        # Counted once published (visible to read_committed consumers under exactly_once).
-        now = time.perf_counter()
-        for started, d in published:
-            metrics.emitted(d, now - started)
-        for record in sent:
-            if record.topic == records.DEAD_LETTER:
-                deadletter.sent("worker", record.headers)
         decided = outbox_mod.sent_offsets(sent, offsets, records.DECISIONS)
         if decided:
             self.decisions_next = max(decided) + 1
@@ -474,6 +472,16 @@ class PartitionWorker:
         self._write_store()
         if self._snapshot_due():
             await self._snapshot()
+
+    def _count_published(self) -> None:
+        """Decisions (with their latency) and dead letters, counted once they are published."""
+        published, self._decided = self._decided, []
+        now = time.perf_counter()
+        for started, d in published:
+            metrics.emitted(d, now - started)
+        for record in self._sent:
+            if record.topic == records.DEAD_LETTER:
+                deadletter.sent("worker", record.headers)
 
     def _state(self) -> dict[str, Any]:
         return {
