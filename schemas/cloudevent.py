@@ -28,7 +28,9 @@ JSON = "application/json"
 OCTETS = "application/octet-stream"
 # `source`: a URI-reference naming the cluster the record is about.
 SOURCE_PREFIX = "/preemptctl/clusters/"
-# A dead letter whose key does not name a cluster (missing, empty, not UTF-8) comes from preemptctl at large.
+# A dead letter whose key does not name a cluster (missing, empty, not UTF-8, longer than a
+# DNS subdomain, as every cluster name is) comes from preemptctl at large.
+CLUSTER_MAX_BYTES = 253
 SOURCE_UNKNOWN = "/preemptctl"
 # `type` is versioned by the record's envelope version `v` (docs/topics.md, compatibility policy).
 TYPE_PREFIX = "io.preemptctl."
@@ -170,7 +172,9 @@ def _ts(parsed: Any) -> str | None:
 
 
 def _text(key: bytes | None) -> str | None:
+    if not key or len(key) > CLUSTER_MAX_BYTES:
+        return None  # no cluster's name: nothing to repeat in source and partitionkey
     try:
-        return key.decode() or None if key else None
+        return key.decode()
     except UnicodeDecodeError:
         return None

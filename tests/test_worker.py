@@ -367,6 +367,30 @@ def test_a_dead_letter_too_large_carries_a_reference_instead() -> None:
     assert headers["value-omitted"] == b"too-large" and headers["origin-index"] == b"7"
 
 
+@pytest.mark.parametrize(
+    ("key", "value_bytes"),
+    [
+        (b"/" * 400_000, 1_000_000),  # a key percent-encoded in ce_source would triple
+        (b"c" * 600_000, 1_000_000),
+        (b"k" * (topics.VALUE_MAX_BYTES - 100), 10),  # a key that alone nearly fills a record
+        (b"c", topics.VALUE_MAX_BYTES - 500),  # a value that fits alone, not with its headers
+    ],
+)
+def test_a_dead_letter_with_its_headers_fits_the_record_limit(key: bytes, value_bytes: int) -> None:
+    """Review: the size check counted key and value, not the headers; a large key, repeated by the
+    CloudEvents attributes, made a record the producer refuses, and the partition crash-looped."""
+    origin = Origin(records.CLUSTER_EVENTS, 0, 5)
+    out = outbox.dead_letter(
+        key=key, value=b"v" * value_bytes, origin=origin, error_class="KeyMismatch", error="why", partition=0
+    )
+    size = len(out.key or b"") + len(out.value or b"") + sum(len(n) + len(v) for n, v in out.headers)
+    assert size <= topics.VALUE_MAX_BYTES
+    headers = dict(out.headers)
+    assert headers["origin-offset"] == b"5"
+    if len(key) > 253:  # longer than any cluster name: not repeated in the attributes
+        assert headers["ce_source"] == b"/preemptctl" and "ce_partitionkey" not in headers
+
+
 def test_the_session_timeout_reaches_the_consumer_group(tmp_path: Path) -> None:
     from streams.pipeline import app
 

@@ -98,12 +98,15 @@ def dead_letter(
 ) -> Outgoing:
     """The rejected bytes with where they came from and why (DESIGN §5).
 
-    Bytes too large to publish (a whole record near the topic's limit) are
-    replaced by a reference to their origin, with their size and digest, and the
-    header `value-omitted: too-large`; the origin topic still holds them.
+    Bytes too large to publish with their headers (a whole record near the topic's
+    limit) are replaced by a reference to their origin, with their size and digest,
+    and the header `value-omitted: too-large`; a key still too large is left out
+    (`key-omitted: too-large`). The origin topic still holds both.
     """
-    headers = deadletter.origin_headers(origin, error_class, error)
-    if len(value) + len(key or b"") > topics.VALUE_MAX_BYTES:
+    origin_headers = deadletter.origin_headers(origin, error_class, error)
+    # The origin headers, then the CloudEvents attributes of what is actually sent.
+    headers = deadletter.headers(key, value, origin_headers)
+    if _size(key, value, headers) > topics.VALUE_MAX_BYTES:
         value = orjson.dumps(
             {
                 "omitted": "too-large",
@@ -117,11 +120,19 @@ def dead_letter(
                 },
             }
         )
-        headers.append(("value-omitted", b"too-large"))
-    # The origin headers, then the CloudEvents attributes of what is actually sent.
-    return Outgoing(
-        records.DEAD_LETTER, partition, key, value, tuple(deadletter.headers(key, value, headers))
-    )
+        origin_headers.append(("value-omitted", b"too-large"))
+        headers = deadletter.headers(key, value, origin_headers)
+        if _size(key, value, headers) > topics.VALUE_MAX_BYTES:
+            # A key that alone nearly fills a record: the origin still holds it too.
+            key = None
+            origin_headers.append(("key-omitted", b"too-large"))
+            headers = deadletter.headers(key, value, origin_headers)
+    return Outgoing(records.DEAD_LETTER, partition, key, value, tuple(headers))
+
+
+def _size(key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]) -> int:
+    """What a record counts against the producer's limit, but for its fixed overhead."""
+    return len(key or b"") + len(value) + sum(len(name) + len(v) for name, v in headers)
 
 
 # ---- sending them --------------------------------------------------------------------------
