@@ -347,6 +347,28 @@ def test_ready_only_once_every_partition_is_caught_up(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+def test_a_revoked_partition_leaves_no_frozen_lag_series(tmp_path: Path) -> None:
+    """Review: a revoked partition's lag gauges stayed at their last value on the old owner,
+    and a lag left behind there kept the falling-behind alert firing."""
+    p = Pipeline(tmp_path)
+    p.produce(batches(_log(8), per_record=10))
+
+    def series(name: str) -> list[dict[str, str]]:
+        return [s.labels for m in REGISTRY.collect() for s in m.samples if s.name == name]
+
+    async def scenario() -> None:
+        parts = Partitions(p.setup)
+        await parts.assign([0])
+        await asyncio.gather(*parts.opening.values())
+        assert {"partition": "0"} in series("preemptctl_worker_lag_seconds")
+        await parts.revoke([0])
+        assert {"partition": "0"} not in series("preemptctl_worker_lag_seconds")
+        assert {"partition": "0"} not in series("preemptctl_worker_position")
+        await parts.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_dead_letter_too_large_carries_a_reference_instead() -> None:
     origin = Origin(records.CLUSTER_EVENTS, 3, 42, 7)
     small = outbox.dead_letter(

@@ -14,6 +14,7 @@ committed offsets.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -88,3 +89,11 @@ def emitted(decision: DecisionRecord, seconds: float) -> None:
     DECISION_SECONDS.labels(flow).observe(seconds)
     if decision["outcome"] == "preempt":
         VICTIMS.labels(flow).observe(sum(1 for v in decision["victims"] if not v.get("terminating")))
+
+
+def forget(partition: int) -> None:
+    """The partition left this worker: its series go, rather than stay frozen at their last value
+    (a lag left behind by a revoked partition would keep the falling-behind alert firing)."""
+    for gauge in (LAG_RECORDS, LAG_SECONDS):
+        with contextlib.suppress(KeyError):
+            gauge.remove(str(partition))

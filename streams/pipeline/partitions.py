@@ -32,8 +32,9 @@ from collections.abc import Callable, Iterable
 from aiokafka.errors import KafkaError
 
 from streams.common.health import Health
+from streams.pipeline import metrics
 from streams.pipeline.outbox import Fenced, SendFailed, TransactionsUnavailable
-from streams.pipeline.worker import PartitionBroken, PartitionWorker, Setup
+from streams.pipeline.worker import POSITION, PartitionBroken, PartitionWorker, Setup
 
 log = logging.getLogger("preemptctl.worker")
 
@@ -85,6 +86,9 @@ class Partitions:
 
     async def revoke(self, partitions: Iterable[int]) -> None:
         for p in sorted(set(partitions)):
+            metrics.forget(p)
+            with contextlib.suppress(KeyError):
+                POSITION.remove(str(p))
             task = self.opening.pop(p, None)
             if task is not None:
                 task.cancel()
