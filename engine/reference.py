@@ -182,8 +182,17 @@ def _flag(value: str | None) -> bool | None:
     return None if value is None else value.strip().lower() == "true"
 
 
+def _policy(cluster: Cluster, pod: Pod) -> str:
+    """The pod's preemptionPolicy, else its PriorityClass's, else PreemptLowerPriority."""
+    return pod.preemption_policy or (
+        cluster.priority_classes[pod.priority_class].preemption_policy
+        if pod.priority_class in cluster.priority_classes
+        else "PreemptLowerPriority"
+    )
+
+
 def _promised(cluster: Cluster, name: str, uids: set[str], prio: int) -> list[Pod]:
-    """Pending pods nominated to `name` (not the gang's own) at least as important as `prio`."""
+    """Pending pods nominated to `name` (not the preemptor's own) at least as important as `prio`."""
     return [
         p
         for p in cluster.pods.values()
@@ -321,11 +330,7 @@ def decide_job(cluster: Cluster, pods: list[Pod], now: int, config: Any) -> dict
     if not unplaced and not committed:
         return {"outcome": "fits", **_where(gang, where), "victims": []}
     for m in gang:
-        policy = m.preemption_policy or (
-            cluster.priority_classes[m.priority_class].preemption_policy
-            if m.priority_class in cluster.priority_classes
-            else "PreemptLowerPriority"
-        )
+        policy = _policy(cluster, m)
         if policy == "Never":
             return {"outcome": "unschedulable", **nothing}
         if not _flag(m.labels.get(_CAN_PREEMPT)) and (
@@ -410,22 +415,10 @@ def decide_daemonset(cluster: Cluster, pod: Pod, now: int, config: Any) -> dict[
         return {"outcome": "unschedulable", **nothing}
     prio = _prio(cluster, pod)
     here = [p for p in _bound(cluster) if p.node == name and p.uid != pod.uid]
-    promised = [
-        p
-        for p in cluster.pods.values()
-        if p.node is None
-        and not p.terminal
-        and p.nominated == name
-        and p.uid != pod.uid
-        and _prio(cluster, p) >= prio
-    ]
+    promised = _promised(cluster, name, {pod.uid}, prio)
     if _fits(pod.requests, node.allocatable, here + promised):
         return {"outcome": "fits", "node": name, "victims": []}
-    policy = pod.preemption_policy or (
-        cluster.priority_classes[pod.priority_class].preemption_policy
-        if pod.priority_class in cluster.priority_classes
-        else "PreemptLowerPriority"
-    )
+    policy = _policy(cluster, pod)
     if policy == "Never":
         return {"outcome": "unschedulable", **nothing}
     settings = config.daemonset

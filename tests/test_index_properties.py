@@ -18,6 +18,7 @@ once, as a worker restored from a snapshot builds it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
@@ -203,6 +204,18 @@ def test_case_answers_do_not_depend_on_a_shared_index() -> None:
     assert case_mod.answer(c, index=shared).answer() == case_mod.answer(c).answer()
 
 
+def _versioned(cluster: Cluster) -> Callable[[str, dict[str, Any]], None]:
+    """cluster.apply with each object given the next resourceVersion, as the API server would."""
+    version = 0
+
+    def apply(kind: str, obj: dict[str, Any]) -> None:
+        nonlocal version
+        version += 1
+        cluster.apply(kind, {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}})
+
+    return apply
+
+
 def test_a_node_created_again_is_not_mistaken_for_the_one_it_replaced() -> None:
     """A node deleted and created again, a pod bound to it meanwhile: its cached summary is stale.
 
@@ -211,12 +224,7 @@ def test_a_node_created_again_is_not_mistaken_for_the_one_it_replaced() -> None:
     answered `fits` on a full node from that node's old summary.
     """
     cluster = Cluster()
-    version = 0
-
-    def apply(kind: str, obj: dict[str, Any]) -> None:
-        nonlocal version
-        version += 1
-        cluster.apply(kind, {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}})
+    apply = _versioned(cluster)
 
     replaced = gen.node("n2", 2, 8, 110)
     apply("ADDED", gen.node("n1", 2, 8, 110))
@@ -274,12 +282,7 @@ def test_pods_folded_before_their_priority_class_take_its_value() -> None:
 def test_deleted_nodes_leave_nothing_in_the_index() -> None:
     """Machines come and go under new names: a long-lived index must not keep every node it ever saw."""
     cluster = Cluster()
-    version = 0
-
-    def apply(kind: str, obj: dict[str, Any]) -> None:
-        nonlocal version
-        version += 1
-        cluster.apply(kind, {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}})
+    apply = _versioned(cluster)
 
     apply("ADDED", gen.pod("x", node=None, priority=100, cpu_m=1000))
     index = Index(cluster)
@@ -298,12 +301,7 @@ def test_touch_logs_stay_bounded_whoever_reads_them(monkeypatch: Any) -> None:
     """Without preemptors nothing trimmed the logs, and one ranking used once pinned them for good."""
     monkeypatch.setattr(cluster_mod, "MAX_TOUCH_LOG", 40)
     cluster = Cluster()
-    version = 0
-
-    def apply(kind: str, obj: dict[str, Any]) -> None:
-        nonlocal version
-        version += 1
-        cluster.apply(kind, {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}})
+    apply = _versioned(cluster)
 
     for n in ("n1", "n2"):
         apply("ADDED", gen.node(n, 2, 8, 110))
