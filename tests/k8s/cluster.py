@@ -120,6 +120,9 @@ class TestCluster:
     started_in_s: float = 0.0
     url: str = ""
     etcd_url: str = ""
+    # Admission plugins to turn off besides ServiceAccount: TaintNodesByCondition for a
+    # control plane without a node-lifecycle controller to lift the not-ready taint.
+    disable_admission: tuple[str, ...] = ()
     _processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _tokens: dict[str, str] = field(default_factory=dict)
 
@@ -189,7 +192,7 @@ class TestCluster:
                 f"--token-auth-file={self.root / 'tokens.csv'}",
                 "--authorization-mode=RBAC",
                 "--service-cluster-ip-range=10.0.0.0/24",
-                "--disable-admission-plugins=ServiceAccount",
+                "--disable-admission-plugins=" + ",".join(("ServiceAccount", *self.disable_admission)),
                 "--watch-cache-sizes=pods#0",
                 f"--audit-log-path={self.root / 'audit.log'}",
                 f"--audit-policy-file={self.root / 'audit-policy.yaml'}",

@@ -1,0 +1,156 @@
+"""A real kube-scheduler v1.34.2 against the test API server (tests/k8s/cluster.py).
+
+The binary is built by deploy/kube/build-scheduler.sh (make kube-tools): plain
+kube-scheduler v1.34.2 with scheduler-plugins' PreemptionToleration registered,
+so one binary serves the end-to-end tests (tests/e2e, a profile with
+DefaultPreemption off for preemptctl beside the default one) and the parity
+tests (tests/parity: DefaultPreemption, and PreemptionToleration in its place).
+A profile that does not enable the plugin is plain kube-scheduler.
+
+`KubeScheduler(cluster, profiles)` writes a KubeSchedulerConfiguration with the
+given profiles, leader election off (one scheduler per test control plane) and
+a serving port of its own, runs the binary as the cluster's admin, and waits
+for /healthz. Its log is kept in the cluster's directory for failures.
+"""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.k8s import cluster as cluster_mod
+
+PLUGINS_VERSION = "0.34.7"
+SCHEDULER = cluster_mod.CACHE / f"kube-scheduler-v{cluster_mod.KUBE_VERSION}-plugins-v{PLUGINS_VERSION}"
+# Ready in ~1 s on idle cores; a loaded CI machine gets far more before the start counts as failed.
+START_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 10.0
+
+# The profile docs/deploy.md gives for the pods preemptctl decides for: kube-scheduler
+# filters, scores and binds them, and DefaultPreemption (its only PostFilter) is off, so
+# preemptctl is their one decider.
+PREEMPTCTL_PROFILE: dict[str, Any] = {
+    "schedulerName": "preemptctl-scheduler",
+    "plugins": {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}},
+}
+DEFAULT_PROFILE: dict[str, Any] = {"schedulerName": "default-scheduler"}
+# scheduler-plugins' PreemptionToleration in DefaultPreemption's place (its README's profile).
+TOLERATION_PROFILE: dict[str, Any] = {
+    "schedulerName": "toleration-scheduler",
+    "plugins": {
+        "postFilter": {
+            "enabled": [{"name": "PreemptionToleration"}],
+            "disabled": [{"name": "*"}],
+        }
+    },
+}
+
+
+class Unavailable(cluster_mod.Unavailable):
+    """The kube-scheduler binary is not built (make kube-tools builds it)."""
+
+
+def binary() -> Path:
+    if not SCHEDULER.exists():
+        raise Unavailable(f"{SCHEDULER} not built (make kube-tools: deploy/kube/build-scheduler.sh)")
+    return SCHEDULER
+
+
+@dataclass
+class KubeScheduler:
+    """`with KubeScheduler(cluster, [profiles]) as s:` runs kube-scheduler until the block ends."""
+
+    cluster: cluster_mod.TestCluster
+    profiles: list[dict[str, Any]] = field(default_factory=lambda: [DEFAULT_PROFILE])
+    name: str = "kube-scheduler"
+    extra_args: tuple[str, ...] = ()
+    port: int = 0
+    _process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> KubeScheduler:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def log_path(self) -> Path:
+        return self.cluster.root / f"{self.name}.log"
+
+    def start(self) -> None:
+        program = binary()
+        root = self.cluster.root
+        config = root / f"{self.name}-config.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(self.cluster.kubeconfig("admin"))},
+                    "leaderElection": {"leaderElect": False},
+                    "profiles": self.profiles,
+                }
+            )
+        )
+        self.port = cluster_mod._free_port()
+        log = open(self.log_path, "wb")  # noqa: SIM115 - the child writes it until stopped
+        self._process = subprocess.Popen(
+            [
+                str(program),
+                f"--config={config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                f"--cert-dir={root / (self.name + '-certs')}",
+                *self.extra_args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=root,
+        )
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._healthy():
+            if self._process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited ({self._process.returncode}): {self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} not healthy after {START_TIMEOUT_S:g}s: {self.log_tail()}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def _healthy(self) -> bool:
+        # The serving certificate is the scheduler's own self-signed one.
+        context = ssl._create_unverified_context()
+        try:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{self.port}/healthz", context=context, timeout=5
+            ) as response:
+                return bool(response.read() == b"ok")
+        except (OSError, urllib.error.URLError, ssl.SSLError):
+            return False
+
+    def log_tail(self, lines: int = 30) -> str:
+        path = self.log_path
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
