@@ -301,10 +301,14 @@ class Cluster:
         old = self.pods.get(pod.uid)
         if pod.priority is None:
             # Admission stamps spec.priority from the class; do the same for hand-written objects.
-            pod = dataclasses.replace(pod, priority=self.priority(pod))
+            pod = dataclasses.replace(pod, priority=self.priority(pod), stamped=True)
             self._stamped.add(pod.uid)
-        elif old is None or old.priority != pod.priority:
-            # A priority of its own; a record derived from ours (dataclasses.replace) keeps our stamp.
+        elif pod.stamped:
+            # Derived from a record we stamped (dataclasses.replace keeps the flag): still ours.
+            self._stamped.add(pod.uid)
+        else:
+            # A priority written in the object, even one equal to our stamp: a later change
+            # of the classes must leave it alone, as a cluster built from the objects would.
             self._stamped.discard(pod.uid)
         if old is not None and _BUT_VERSION(old) == _BUT_VERSION(pod):
             # Only the resourceVersion moved (a kubelet status heartbeat, say): every
@@ -353,7 +357,7 @@ class Cluster:
             self._unbind(old)
             state = self.nodes.get(old.node)
             if state is not None and state.pods.pop(uid, None) is not None:
-                resources.sub(state.used, old.requests)
+                resources.take(state.used, old.requests)
             elif old.node in self._orphans:
                 self._orphans[old.node].pop(uid, None)
                 if not self._orphans[old.node]:
@@ -427,7 +431,7 @@ class Cluster:
         key = _usage_key(pod)
         group = self.usage.get(key)
         if group is not None:
-            resources.sub(group[0], pod.requests)
+            resources.take(group[0], pod.requests)
             group[1] -= 1
             if group[1] <= 0:
                 del self.usage[key]

@@ -85,6 +85,10 @@ class Pod:
     node_selector: tuple[tuple[str, str], ...]
     required_affinity: tuple[NodeSelectorTerm, ...] | None
     raw: Mapping[str, Any] = field(compare=False, repr=False)
+    # The cluster filled `priority` from the PriorityClass (spec.priority was not written);
+    # a record derived from this one (dataclasses.replace) keeps the flag. Not compared:
+    # a stamped and a written priority of the same value mean the same pod.
+    stamped: bool = field(default=False, compare=False)
 
     @property
     def key(self) -> str:

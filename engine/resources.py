@@ -19,6 +19,22 @@ def sub(into: Resources, other: Mapping[str, int]) -> None:
         into[k] = into.get(k, 0) - v
 
 
+def take(total: Resources, part: Mapping[str, int]) -> None:
+    """Take `part` out of a running total, forgetting resources the total no longer holds.
+
+    A total kept across events (a node's used resources, a quota's usage) must be
+    what a total built from the current pods would be: a key left at zero when
+    the last pod requesting it goes would make a long-lived index render
+    `"nvidia.com/gpu": "0"` where a rebuilt one renders nothing.
+    """
+    for k, v in part.items():
+        left = total.get(k, 0) - v
+        if left:
+            total[k] = left
+        else:
+            total.pop(k, None)
+
+
 def total(items: Iterable[Mapping[str, int]]) -> Resources:
     out: Resources = {}
     for item in items:
