@@ -228,7 +228,11 @@ def criteria(ev: NodeEval, cluster: Cluster, *, detail: bool = False) -> dict[st
 
 
 def waiting_on_nominated(cluster: Cluster, pre: Preemptor) -> str | None:
-    """Upstream PodEligibleToPreemptOthers: an earlier preemption for this pod is still under way."""
+    """Upstream PodEligibleToPreemptOthers: an earlier preemption for this pod is still under way.
+
+    Only a preemption's victims (DisruptionTarget reason PreemptionByScheduler) hold the
+    preemptor, and only on a node that could still take it (`placement.unresolvable`).
+    """
     nominated = pre.pod.nominated
     if not nominated:
         return None
@@ -236,7 +240,7 @@ def waiting_on_nominated(cluster: Cluster, pre: Preemptor) -> str | None:
     if state is None or placement.unresolvable(state.node, pre.pod) is not None:
         return None
     for pod in sorted(state.pods.values(), key=lambda p: p.uid):
-        if cluster.priority(pod) < pre.priority and pod.deleting and pod.disruption_target:
+        if cluster.priority(pod) < pre.priority and pod.deleting and pod.preempted:
             return f"victim {pod.key} of an earlier preemption is still terminating on {nominated}"
     return None
 

@@ -23,9 +23,18 @@ NO_PDBS: tuple[Pdb, ...] = ()
 
 
 def _covers(pdb: Pdb, pod: Pod) -> bool:
-    """A nil or empty selector matches nothing (upstream preemption's reading)."""
+    """Does `pdb` count `pod` against its budget? Upstream preemption's reading: a nil or
+    empty selector matches nothing, and a pod without labels is covered by no budget
+    (filterPodsWithPDBViolation skips it, as the eviction API's PDB lookup does), even
+    under a `NotIn` or `DoesNotExist` selector that its empty label set would match."""
     sel = pdb.selector
-    return sel is not None and not sel.empty and pod.namespace == pdb.namespace and sel.matches(pod.labels)
+    return (
+        sel is not None
+        and not sel.empty
+        and bool(pod.labels)
+        and pod.namespace == pdb.namespace
+        and sel.matches(pod.labels)
+    )
 
 
 def _anchor(pdb: Pdb) -> tuple[str, str] | None:

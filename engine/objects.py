@@ -23,6 +23,9 @@ GUARANTEED, BURSTABLE, BEST_EFFORT = 2, 1, 0
 QOS_NAMES = {GUARANTEED: "Guaranteed", BURSTABLE: "Burstable", BEST_EFFORT: "BestEffort"}
 PREEMPT_LOWER = "PreemptLowerPriority"
 PREEMPT_NEVER = "Never"
+# The DisruptionTarget reason kube-scheduler (and preemptctl's actuator) writes on a victim;
+# upstream's PodEligibleToPreemptOthers waits only for pods terminating with it.
+PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
 # kubelet's default --max-pods; used when a node object does not state `pods`.
 DEFAULT_MAX_PODS = 110
 
@@ -75,7 +78,10 @@ class Pod:
     unschedulable_since: int | None  # PodScheduled=False lastTransitionTime
     unschedulable: bool  # PodScheduled=False reason Unschedulable: asks for preemption
     deleting: bool  # metadata.deletionTimestamp set
-    disruption_target: bool  # DisruptionTarget=True: an earlier preemption is evicting it
+    disruption_target: bool  # DisruptionTarget=True: something is evicting it
+    # ...with reason PreemptionByScheduler: a preemption (kube-scheduler's or ours) is
+    # evicting it, not a drain or an eviction by someone else.
+    preempted: bool
     terminal: bool  # Succeeded / Failed: uses nothing
     grace_seconds: int
     labels: Mapping[str, str]
@@ -339,6 +345,9 @@ def pod(obj: Mapping[str, Any]) -> Pod:
         and scheduled.get("reason") == "Unschedulable",
         deleting=bool(meta.get("deletionTimestamp")),
         disruption_target=disruption is not None and disruption.get("status") == "True",
+        preempted=disruption is not None
+        and disruption.get("status") == "True"
+        and disruption.get("reason") == PREEMPTION_BY_SCHEDULER,
         terminal=status.get("phase") in ("Succeeded", "Failed"),
         grace_seconds=30 if grace is None else _int(grace, f"{where} terminationGracePeriodSeconds"),
         labels=_str_map(meta.get("labels"), f"{where} labels"),

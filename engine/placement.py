@@ -1,4 +1,4 @@
-"""Node filters that preemption cannot fix: cordon, taints, selectors, affinity, missing resources.
+"""Node filters that preemption cannot fix: cordon, taints, selectors, affinity, too little allocatable.
 
 A node that fails one of these is not a preemption candidate however many pods
 leave it (kube-scheduler's UnschedulableAndUnresolvable). Capacity is not
@@ -32,8 +32,13 @@ def unresolvable(node: Node, pod: Pod) -> str | None:
     ):
         return "required node affinity does not match"
     for resource, amount in pod.requests.items():
-        if amount > 0 and node.allocatable.get(resource, 0) == 0:
-            return f"node has no {resource}"
+        # NodeResourcesFit's Unresolvable: the request exceeds what the node has at all, so
+        # no eviction can help. Not the pod count: upstream's "Too many pods" is resolvable.
+        if resource != "pods" and amount > node.allocatable.get(resource, 0):
+            have = node.allocatable.get(resource, 0)
+            if not have:
+                return f"node has no {resource}"
+            return f"node's allocatable {resource} is below the request"
     return None
 
 

@@ -78,7 +78,7 @@ def violations_of(cluster: Cluster, victims: list[Pod]) -> int:
         for pdb in sorted(cluster.pdbs.values(), key=lambda b: b.uid):
             if pdb.namespace != v.namespace or pdb.selector is None or pdb.selector.empty:
                 continue
-            if not pdb.selector.matches(v.labels) or v.name in pdb.disrupted:
+            if not v.labels or not pdb.selector.matches(v.labels) or v.name in pdb.disrupted:
                 continue
             spent[pdb.uid] = spent.get(pdb.uid, 0) + 1
             if spent[pdb.uid] > pdb.disruptions_allowed:
@@ -126,7 +126,7 @@ def decide(cluster: Cluster, pod: Pod, now: int) -> dict[str, Any]:
             for pdb in cluster.pdbs.values():
                 if pdb.namespace != p.namespace or pdb.selector is None or pdb.selector.empty:
                     continue
-                if not pdb.selector.matches(p.labels) or p.name in pdb.disrupted:
+                if not p.labels or not pdb.selector.matches(p.labels) or p.name in pdb.disrupted:
                     continue
                 budgets[pdb.uid] = budgets.get(pdb.uid, pdb.disruptions_allowed) - 1
                 if budgets[pdb.uid] < 0:
@@ -159,7 +159,7 @@ def decide(cluster: Cluster, pod: Pod, now: int) -> dict[str, Any]:
                     and not p.terminal
                     and _prio(cluster, p) < prio
                     and p.deleting
-                    and p.disruption_target
+                    and p.preempted
                 ):
                     return {"outcome": "wait", "node": None, "victims": []}
     if not results:
@@ -386,7 +386,7 @@ def _classify(cluster: Cluster, potential: list[Pod]) -> list[Pod]:
         for pdb in sorted(cluster.pdbs.values(), key=lambda b: b.uid):
             if pdb.namespace != p.namespace or pdb.selector is None or pdb.selector.empty:
                 continue
-            if not pdb.selector.matches(p.labels) or p.name in pdb.disrupted:
+            if not p.labels or not pdb.selector.matches(p.labels) or p.name in pdb.disrupted:
                 continue
             budgets[pdb.uid] = budgets.get(pdb.uid, pdb.disruptions_allowed) - 1
             if budgets[pdb.uid] < 0 and p not in flagged:

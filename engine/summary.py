@@ -92,7 +92,8 @@ def build(cluster: Cluster, state: NodeState, pods: list[Pod]) -> Summary:
             if klass not in policies:
                 policies[klass] = cluster.policy(klass)
             policy = policies[klass]
-            if policy is not None and policy.toleration_seconds != 0:
+            # A class with 0 seconds protects only pods not scheduled yet (toleration.tolerates).
+            if policy is not None and (policy.toleration_seconds != 0 or pod.scheduled_at is None):
                 until = toleration.expires_at(policy, scheduled_at=pod.scheduled_at)
                 out.tolerant.append((FOREVER if until is None else until, pod, policy))
     out.tolerant.sort(key=lambda t: (-t[0], t[1].uid))

@@ -25,7 +25,7 @@ SECONDS = "toleration-seconds"
 @dataclass(frozen=True, slots=True)
 class Policy:
     minimum_preemptable_priority: int
-    toleration_seconds: int  # < 0: forever; 0: no toleration
+    toleration_seconds: int  # < 0: forever; 0: none once scheduled
 
 
 class PolicyError(ValueError):
@@ -68,11 +68,13 @@ def tolerates(
         return False
     if policy.toleration_seconds < 0:
         return True
+    if scheduled_at is None:
+        # Not (yet) scheduled (no PodScheduled=True): the toleration window has not even
+        # started, whatever its length; upstream's ExemptedFromPreemption asks this before
+        # it reads toleration-seconds, so even a class with 0 seconds protects such a pod.
+        return True
     if policy.toleration_seconds == 0:
         return False
-    if scheduled_at is None:
-        # Not (yet) scheduled: the toleration window has not even started.
-        return True
     # Inclusive boundary: a pod scheduled exactly toleration-seconds ago is still protected.
     return now - scheduled_at <= policy.toleration_seconds * timeutil.SECOND
 

@@ -221,7 +221,12 @@ def changes(draw: st.DrawFn, base: dict[str, Any]) -> list[tuple[str, dict[str, 
             obj = copy.deepcopy(objects[draw(st.sampled_from(pods))])
             if what == "terminate":
                 obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-                obj["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True"})
+                # Mostly a preemption's victim; sometimes a pod someone else evicts or drains,
+                # which no preemptor waits for (docs/semantics.md §3).
+                reason = draw(st.sampled_from(("PreemptionByScheduler", "EvictionByEvictionAPI")))
+                obj["status"]["conditions"].append(
+                    {"type": "DisruptionTarget", "status": "True", "reason": reason}
+                )
             event("DELETED" if what == "delete" else "MODIFIED", obj)
         elif what == "nominate":
             event(

@@ -121,6 +121,81 @@ def test_wait_while_earlier_victims_terminate_on_nominated_node() -> None:
     assert d.outcome == PREEMPT and d.victims[0].terminating
 
 
+def test_only_preemptions_under_way_are_waited_for() -> None:
+    """kube-scheduler waits only for its own preemptions (DisruptionTarget reason
+    PreemptionByScheduler): a pod someone else evicts or drains does not hold the preemptor."""
+    evicted = pod("leaving", node="n1", priority=0, cpu_m=1000, deleting=True)
+    evicted["status"]["conditions"].append(
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    )
+    d = decide([node("n1", 1, 8, 10), evicted], pod("x", node=None, priority=10, cpu_m=1000, nominated="n1"))
+    assert d.outcome == PREEMPT and d.victims[0].terminating
+
+
+def test_no_wait_on_a_nominated_node_too_small_for_the_preemptor() -> None:
+    """A nominated node whose allocatable shrank below the request is unresolvable upstream:
+    the preemptor preempts again elsewhere instead of waiting for victims there."""
+    objs = [
+        node("n1", 1, 8, 10),  # shrank from 2 CPUs: x (1.5 CPU) can never run here again
+        pod("leaving", node="n1", priority=0, cpu_m=1000, deleting=True, disruption=True),
+        node("n2", 2, 8, 10),
+        pod("b", node="n2", priority=0, cpu_m=2000),
+    ]
+    d = decide(objs, pod("x", node=None, priority=10, cpu_m=1500, nominated="n1"))
+    assert (d.outcome, d.node, victims(d)) == (PREEMPT, "n2", ["b"])
+
+
+def test_pods_without_labels_count_against_no_pdb() -> None:
+    """filterPodsWithPDBViolation skips pods without labels, even under a selector their
+    empty label set matches (NotIn, DoesNotExist): no violation on n1, whose victim is cheaper."""
+    budget = pdb("not-x", "x", 0)
+    budget["spec"]["selector"] = {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["x"]}]}
+    objs = [
+        node("n1", 1, 8, 10),
+        pod("bare", node="n1", priority=1, cpu_m=1000),
+        node("n2", 1, 8, 10),
+        pod("labelled", node="n2", priority=2, cpu_m=1000, labels={"app": "x"}),
+        budget,
+    ]
+    d = decide(objs, pod("x", node=None, priority=10, cpu_m=1000))
+    assert (d.node, victims(d), d.explanation["chosen"]["pdbViolations"]) == ("n1", ["bare"], 0)
+    for expression in (
+        {"key": "app", "operator": "DoesNotExist"},
+        {"key": "app", "operator": "NotIn", "values": ["x"]},
+    ):
+        budget["spec"]["selector"] = {"matchExpressions": [expression]}
+        objs[1]["metadata"]["labels"] = {"tier": "t"}  # labelled: now the budget counts it
+        d = decide(objs, pod("x", node=None, priority=10, cpu_m=1000))
+        assert (d.node, victims(d)) == ("n2", ["labelled"]), expression
+        objs[1]["metadata"]["labels"] = {}
+
+
+def test_a_class_of_zero_seconds_protects_pods_not_scheduled_yet() -> None:
+    """PreemptionToleration exempts a pod without PodScheduled=True before it reads
+    toleration-seconds: even 0 (or no seconds annotation) protects it from preemptors below
+    the minimum. Ten pods a node, so the summaries' bounds decide too, not only evaluations."""
+    cls = {
+        "kind": "PriorityClass",
+        "metadata": {
+            "name": "guarded",
+            "annotations": {"preemption-toleration.scheduling.x-k8s.io/minimum-preemptable-priority": "1000"},
+        },
+        "value": 1,
+    }
+    objs: list[dict[str, Any]] = [cls, node("n1", 10, 8, 20), node("n2", 10, 8, 20)]
+    for n in ("n1", "n2"):
+        for i in range(10):
+            p = pod(f"{n}-{i}", node=n, priority=1 if n == "n1" else 5, cpu_m=1000, priority_class="guarded")
+            if n == "n1":
+                p["status"]["conditions"] = []  # bound by nodeName, not scheduled: no PodScheduled
+            else:
+                p["spec"]["priorityClassName"] = ""
+            objs.append(p)
+    d = decide(objs, pod("x", node=None, priority=10, cpu_m=1000))
+    assert (d.outcome, d.node, victims(d)) == (PREEMPT, "n2", ["n2-9"])
+    assert decide(objs, pod("x", node=None, priority=1000, cpu_m=1000)).node == "n1"
+
+
 def test_terminal_pods_use_nothing() -> None:
     done = pod("done", node="n1", priority=100, cpu_m=1000)
     done["status"]["phase"] = "Succeeded"

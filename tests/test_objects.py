@@ -63,12 +63,37 @@ def test_pod_states() -> None:
     raw["status"] = {
         "phase": "Running",
         "startTime": "2026-01-01T00:00:00Z",
-        "conditions": [{"type": "DisruptionTarget", "status": "True"}],
+        "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}],
     }
     p = objects.pod(raw)
-    assert p.node == "n1" and p.deleting and p.disruption_target and not p.terminal
+    assert p.node == "n1" and p.deleting and p.disruption_target and p.preempted and not p.terminal
     raw["status"]["phase"] = "Succeeded"
     assert objects.pod(raw).terminal
+
+
+def test_only_a_preemption_marks_a_pod_preempted() -> None:
+    """kube-scheduler's podTerminatingByPreemption: DisruptionTarget=True with reason
+    PreemptionByScheduler, read from the first such condition; a drain or an eviction by
+    someone else (other reasons) is not a preemption under way."""
+    raw = _pod({"nodeName": "n1", "containers": []}, deletionTimestamp="2026-01-01T00:00:00Z")
+    for reason, want in (
+        ("PreemptionByScheduler", True),
+        ("EvictionByEvictionAPI", False),
+        ("DeletionByTaintManager", False),
+        ("TerminationByKubelet", False),
+        (None, False),
+    ):
+        condition = {"type": "DisruptionTarget", "status": "True"}
+        if reason is not None:
+            condition["reason"] = reason
+        raw["status"] = {"phase": "Running", "conditions": [condition]}
+        assert objects.pod(raw).preempted is want, reason
+        assert objects.pod(raw).disruption_target  # the DaemonSet flow waits on any reason
+    raw["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "False", "reason": "PreemptionByScheduler"},
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"},
+    ]
+    assert not objects.pod(raw).preempted  # the first condition of the type is the one read
 
 
 def test_unschedulable_condition_asks_for_preemption() -> None:

@@ -106,6 +106,21 @@ def test_node_selector_and_missing_resources() -> None:
     assert "nvidia.com/gpu" in (placement.unresolvable(_node(), _pod(containers=gpu)) or "")
 
 
+def test_a_request_beyond_allocatable_is_unresolvable_but_the_pod_count_is_not() -> None:
+    """NodeResourcesFit's Unresolvable: a request larger than the node's allocatable can
+    never fit whatever leaves; "Too many pods" can (upstream marks it resolvable)."""
+    big = [{"resources": {"requests": {"cpu": "5"}}}]
+    assert (
+        placement.unresolvable(_node(), _pod(containers=big)) == "node's allocatable cpu is below the request"
+    )
+    exact = [{"resources": {"requests": {"cpu": "4", "memory": "4Gi"}}}]
+    assert placement.unresolvable(_node(), _pod(containers=exact)) is None
+    no_pods = objects.node(
+        {"kind": "Node", "metadata": {"name": "n0"}, "status": {"allocatable": {"cpu": "4", "pods": "0"}}}
+    )
+    assert placement.unresolvable(no_pods, _pod()) is None
+
+
 def test_required_node_of_a_daemonset_pod() -> None:
     term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["w1"]}]}
     assert placement.required_node(_pod(affinity=_affinity(term))) == "w1"

@@ -42,7 +42,11 @@ def test_rules() -> None:
     assert not _tolerates(p, pre=199, ago=101)
     assert not _tolerates(p, pre=200, ago=10)  # at the minimum: not tolerated
     assert _tolerates(p, pre=199, ago=None)  # not scheduled yet
-    assert not _tolerates(toleration.Policy(200, 0), pre=199, ago=0)  # 0 = no toleration
+    assert not _tolerates(toleration.Policy(200, 0), pre=199, ago=0)  # 0 = no toleration once scheduled
+    # ...but a pod not scheduled yet tolerates whatever the seconds: upstream's
+    # ExemptedFromPreemption checks PodScheduled=True before it reads toleration-seconds.
+    assert _tolerates(toleration.Policy(200, 0), pre=199, ago=None)
+    assert not _tolerates(toleration.Policy(200, 0), pre=200, ago=None)  # not below the minimum
     assert _tolerates(toleration.Policy(200, -1), pre=199, ago=10**9)  # negative = forever
     assert not _tolerates(p, pre=100, ago=10, victim=100)  # equal priority is never a victim anyway
     assert toleration.expires_at(p, scheduled_at=NOW) == NOW + 100 * timeutil.SECOND

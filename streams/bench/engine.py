@@ -53,7 +53,7 @@ ASYNC_LAG = 5
 def _apply(cluster: Cluster, d: Decision, pre: Pod) -> None:
     for v in d.victims:
         pod = cluster.pods[v.uid]
-        cluster.upsert(dataclasses.replace(pod, deleting=True, disruption_target=True))
+        cluster.upsert(dataclasses.replace(pod, deleting=True, disruption_target=True, preempted=True))
     cluster.upsert(dataclasses.replace(cluster.pods[pre.uid], nominated=d.node))
 
 
@@ -292,7 +292,7 @@ def _apply_any(cluster: Cluster, d: Decision, pods: list[Pod]) -> None:
     for v in d.victims:
         pod = cluster.pods.get(v.uid)
         if pod is not None and not pod.deleting:
-            cluster.upsert(dataclasses.replace(pod, deleting=True, disruption_target=True))
+            cluster.upsert(dataclasses.replace(pod, deleting=True, disruption_target=True, preempted=True))
     where = d.placements or ({pods[0].key: d.node} if d.node else {})
     for pod in pods:
         node = where.get(pod.key)

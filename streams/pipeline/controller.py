@@ -222,7 +222,7 @@ class Controller:
                 self._pop(self.leaving, uid)  # the cluster confirms it is going
             else:
                 # Our eviction has not shown up yet: it stays leaving, not a fresh victim again.
-                self._upsert(dataclasses.replace(pod, deleting=True, disruption_target=True))
+                self._upsert(dataclasses.replace(pod, deleting=True, disruption_target=True, preempted=True))
         if pod is None or pod.node is not None:
             self._pop(self.last, uid)  # bound or gone: its last answer is history
         if pod is None or pod.node is not None or pod.terminal:
@@ -299,7 +299,7 @@ class Controller:
         for v in d.victims:
             pod = self.cluster.pods.get(v.uid)
             if pod is not None and not pod.deleting:
-                self._upsert(dataclasses.replace(pod, deleting=True, disruption_target=True))
+                self._upsert(dataclasses.replace(pod, deleting=True, disruption_target=True, preempted=True))
                 self._set(self.leaving, v.uid, expires)
                 self._earliest = expires if self._earliest is None else min(self._earliest, expires)
         targets = d.placements or ({d.preemptor_uid: d.node} if d.node else {})
@@ -457,7 +457,9 @@ class Controller:
         for uid in sorted(ctl.leaving):
             pod = ctl.cluster.pods.get(uid)
             if pod is not None and not pod.deleting:
-                ctl.cluster.upsert(dataclasses.replace(pod, deleting=True, disruption_target=True))
+                ctl.cluster.upsert(
+                    dataclasses.replace(pod, deleting=True, disruption_target=True, preempted=True)
+                )
         for uid, nom in sorted(ctl.nominations.items()):
             pod = ctl.cluster.pods.get(uid)
             if pod is not None and pod.node is None and pod.nominated != nom.node:
