@@ -18,15 +18,40 @@ EVICTIONS = "preemption.evictions"
 DEAD_LETTER = "preemption.dead-letter"
 TOPICS = (CLUSTER_EVENTS, DECISIONS, EVICTIONS, DEAD_LETTER)
 
-EventType = Literal["ADDED", "MODIFIED", "DELETED", "RESYNC", "TICK"]
-EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "RESYNC", "TICK")
+EventType = Literal["ADDED", "MODIFIED", "DELETED", "RESYNC", "TICK", "OUTCOME"]
+EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "RESYNC", "TICK", "OUTCOME")
 OBJECT_EVENTS = ("ADDED", "MODIFIED", "DELETED")
+
+
+class Scope(TypedDict):
+    """A RESYNC's `scope`: the schedulers whose pending pods the log's decisions are for."""
+
+    schedulerNames: list[str]
+
+
+# What nominating the preemptor found (streams.kube.eviction.Nomination), or `none` when the
+# decision asked for no nomination. The middle four refuse the decision: no victim was touched.
+NOMINATION_RESULTS = ("done", "gone", "recreated", "bound", "out-of-scope", "error", "none")
+
+
+class Outcome(TypedDict):
+    """An OUTCOME event's `outcome`: what the actuator did with one preempt decision."""
+
+    decisionId: str
+    preemptorUid: str
+    # done, gone, recreated, bound, out-of-scope (the last four refuse the decision: no
+    # victim was touched), error (retried on redelivery), or none (no nomination asked).
+    nomination: str
+    victims: dict[str, str]  # victim uid -> its eviction result (EVICTION_RESULTS)
+    message: NotRequired[str]
 
 
 class ClusterEvent(TypedDict):
     ts: str
     type: EventType
     object: NotRequired[dict[str, Any]]
+    scope: NotRequired[Scope]  # RESYNC: written by the source; absent means every scheduler
+    outcome: NotRequired[Outcome]  # OUTCOME: written by the actuator (or the simulated one)
     cluster: NotRequired[str]  # in a JSONL trace; inside a record the envelope names the cluster
 
 
@@ -152,6 +177,35 @@ def event_problem(event: Any) -> str | None:
         return "event without ts"
     if event["type"] in OBJECT_EVENTS and not isinstance(event.get("object"), dict):
         return f"{event['type']} event without object"
+    if event["type"] == "RESYNC" and event.get("scope") is not None:
+        return scope_problem(event["scope"])
+    if event["type"] == "OUTCOME":
+        return outcome_problem(event.get("outcome"))
+    return None
+
+
+def scope_problem(scope: Any) -> str | None:
+    """Why a RESYNC's scope is malformed, or None."""
+    if not isinstance(scope, dict):
+        return "scope is not an object"
+    names = scope.get("schedulerNames")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        return "scope.schedulerNames must be a non-empty list of scheduler names"
+    return None
+
+
+def outcome_problem(outcome: Any) -> str | None:
+    """Why an OUTCOME event's outcome is malformed, or None."""
+    if not isinstance(outcome, dict):
+        return "OUTCOME event without outcome"
+    for name in ("decisionId", "preemptorUid", "nomination"):
+        if not isinstance(outcome.get(name), str):
+            return f"outcome.{name} must be a string"
+    victims = outcome.get("victims")
+    if not isinstance(victims, dict) or not all(
+        isinstance(u, str) and isinstance(r, str) for u, r in victims.items()
+    ):
+        return "outcome.victims must map victim uids to results"
     return None
 
 

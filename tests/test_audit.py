@@ -133,7 +133,7 @@ def test_removed_record_is_caught_at_the_next_one(
     assert "not the genesis hash" in problem["detail"]
     # Unless the log is known to be pruned by retention: then where the chain resumes is reported.
     code, out, _ = _run(capsys, "audit", "verify", str(tmp_path / "head.jsonl"), "--pruned")
-    assert code == 0 and f"(6 records, last seq 83, continuing from {example[1]['hash']})" in out
+    assert code == 0 and f"(6 records, last seq 88, continuing from {example[1]['hash']})" in out
 
 
 def test_swapped_records_are_reordered(

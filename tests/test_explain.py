@@ -67,7 +67,7 @@ def test_victim_answer(example: list[dict[str, Any]]) -> None:
     report = explain.explain("default/ex2-a", example)
     first, second = report.findings
     assert (first.decision, first.facts["terminating"], first.facts["coVictims"]) == (
-        "default/27/ex2-c-uid",
+        "default/28/ex2-c-uid",
         False,
         ["default/ex2-b"],
     )
@@ -75,7 +75,7 @@ def test_victim_answer(example: list[dict[str, Any]]) -> None:
     assert any("ex2-node was the only node" in line for line in first.details)
     # Example 2: E takes the node over; A is listed again, already terminating.
     assert (second.decision, second.facts["preemptor"], second.facts["terminating"]) == (
-        "default/33/ex2-e-uid",
+        "default/35/ex2-e-uid",
         "default/ex2-e",
         True,
     )

@@ -5,12 +5,18 @@ This module owns a decision record's path through the actuator:
    their content, and, when an HMAC key is configured, unsigned or forged ones
    go to preemption.dead-letter unchanged, with their origin and the reason.
 2. Decisions of other clusters are skipped; only `preempt` decisions act.
-3. The preemptor is nominated, then each victim is acted on (streams.kube.eviction
+3. The preemptor is nominated (a preemptor of a scheduler outside `--scheduler-name`,
+   gone, recreated or already bound refuses the decision: no victim is touched),
+   then the victims are acted on, VICTIM_CONCURRENCY at a time (streams.kube.eviction
    holds every Kubernetes edge case) and exactly one outcome per (decision id,
    victim uid) is written to preemption.evictions, keyed by victim uid. The
    ledger (streams.kube.ledger) plus the evictions topic read back at start make
    "exactly one" hold across redeliveries, rebalances and restarts.
-4. The decision's offset is committed only once all its outcomes are written,
+4. One OUTCOME event for the whole decision goes to preemption.cluster-events,
+   keyed by cluster: the worker folds it (a victim not acted on is not leaving, a
+   refused nomination ends), so its view matches what happened and `replay`
+   reproduces it. A redelivered decision writes it again; folding it is idempotent.
+5. The decision's offset is committed only once all its outcomes are written,
    so a crash at any point redelivers the decision and the ledger skips what
    was done.
 Only the Lease holder writes to the cluster (streams.kube.lease); a dry-run
@@ -36,7 +42,15 @@ from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
 from schemas import VERSION, chain, cloudevent, records
-from schemas.records import DEAD_LETTER, DECISIONS, EVICTIONS, DecisionRecord, EvictionRecord, VictimRecord
+from schemas.records import (
+    CLUSTER_EVENTS,
+    DEAD_LETTER,
+    DECISIONS,
+    EVICTIONS,
+    DecisionRecord,
+    EvictionRecord,
+    VictimRecord,
+)
 from streams.common import health, options
 from streams.common.errors import UsageError
 from streams.kafka import deadletter, lag
@@ -51,6 +65,10 @@ log = logging.getLogger(__name__)
 ACTIONS = ("delete", "evict", "label")
 # How long one poll waits for decisions before checking the Lease and the stop flag.
 POLL_TIMEOUT_MS = 500
+# Victims of one decision acted on at once: a decision's evictions are independent, so
+# the preemptor waits for the slowest one rather than their sum; the bound keeps a
+# many-victim decision (a gang's) from flooding the API server with writes at once.
+VICTIM_CONCURRENCY = 8
 # Decisions handled per poll; each may take seconds (PDB retries), and the group
 # must hear from us within max.poll.interval.ms, so take few at a time.
 MAX_POLL_RECORDS = 10
@@ -91,6 +109,11 @@ NOMINATIONS = Counter(
     "preemptctl_actuator_nominations_total", "Preemptor nominations, by result.", ["result"]
 )
 OTHER_CLUSTERS = Counter("preemptctl_actuator_other_cluster_total", "Decisions for other clusters, skipped.")
+REFUSED = Counter(
+    "preemptctl_actuator_refused_total",
+    "Preempt decisions refused before any victim was touched, by reason.",
+    ["reason"],
+)
 
 
 # ---- refusing input -----------------------------------------------------------------
@@ -155,6 +178,7 @@ class Topics:
     decisions: str = DECISIONS
     evictions: str = EVICTIONS
     dead_letter: str = DEAD_LETTER
+    cluster_events: str = CLUSTER_EVENTS  # where OUTCOME events go
 
 
 # ---- the actuator -------------------------------------------------------------------
@@ -173,8 +197,13 @@ class Actuator:
         hmac_key: bytes | None = None,
         elector: lease.LeaseElector | None = None,
         topics: Topics = Topics(),
+        scope: tuple[str, ...] | None = None,
     ) -> None:
         self.topics = topics
+        self.scope = scope  # the schedulers whose preemptors it acts for (None: any)
+        # Each (decision id, victim uid)'s result, written or read back: a redelivered
+        # decision's OUTCOME event says what was done the first time.
+        self._results: dict[tuple[str, str], str] = {}
         self._actions = actions
         self._sink = sink
         self._ledger = ledger
@@ -201,6 +230,7 @@ class Actuator:
             # A dry run's outcomes never stand in for real ones, nor the other way round.
             if cluster == self._cluster and dry == self.dry_run:
                 self._ledger.note_recorded(key)
+                self._results[key] = str(outcome.get("result"))
                 count += 1
         return count
 
@@ -221,15 +251,42 @@ class Actuator:
             return []
         if all(self._ledger.recorded((decision["id"], v["uid"])) for v in decision["victims"]):
             DUPLICATES.inc(len(decision["victims"]))  # a redelivery: no API call at all
+            await self._write_outcome(decision, "done", "")
             return []
         context = _context(decision)
-        stop = await self._nominate(decision)
-        written = []
-        for victim in decision["victims"]:
-            ledger_key = (decision["id"], victim["uid"])
-            if self._ledger.recorded(ledger_key):
-                DUPLICATES.inc()
-                continue
+        nomination, stop = await self._nominate(decision)
+        if stop is not None:
+            REFUSED.labels(nomination).inc()
+        written: list[EvictionRecord] = []
+        limit = asyncio.Semaphore(VICTIM_CONCURRENCY)
+        try:
+            async with asyncio.TaskGroup() as group:  # one failing (a lost Lease) cancels the rest
+                for victim in decision["victims"]:
+                    group.create_task(self._victim(decision, victim, context, stop, limit, written))
+        except BaseExceptionGroup as failed:
+            # The first failure as itself, so the consume loop tells a lost Lease or a broker
+            # error apart as before; the decision is not committed and comes again.
+            raise failed.exceptions[0] from failed
+        order = {v["uid"]: i for i, v in enumerate(decision["victims"])}
+        written.sort(key=lambda r: order[r["victim"]["uid"]])
+        await self._write_outcome(decision, nomination, stop or "")
+        return written
+
+    async def _victim(
+        self,
+        decision: DecisionRecord,
+        victim: VictimRecord,
+        context: eviction.Context,
+        stop: str | None,
+        limit: asyncio.Semaphore,
+        written: list[EvictionRecord],
+    ) -> None:
+        """Act on one victim (unless the decision was refused) and write its one outcome."""
+        ledger_key = (decision["id"], victim["uid"])
+        if self._ledger.recorded(ledger_key):
+            DUPLICATES.inc()
+            return
+        async with limit:
             if stop is not None:
                 outcome = eviction.Outcome("error", 0, f"{stop}: no victim was touched")
             else:
@@ -240,54 +297,78 @@ class Actuator:
                     before_write=functools.partial(self._ledger.mark_pending, ledger_key),
                 )
                 await self._actions.post_event(victim, context, outcome)
-            record = self._outcome_record(decision, victim, outcome)
-            if self._elector is not None:
-                # After losing the Lease, the successor (which read the evictions topic when it
-                # took over) writes this victim's one outcome; writing ours too could make two.
-                self._elector.check()
-            await self._sink.send(
-                self.topics.evictions,
-                records.encode(record),
-                key=victim["uid"].encode(),
-                headers=cloudevent.eviction_headers(record),  # CloudEvents binary mode (docs/topics.md)
-            )
-            self._ledger.mark_recorded(ledger_key)
-            OUTCOMES.labels(victim["action"], outcome.result).inc()
-            log.info(
-                "%s %s/%s (%s): %s%s",
-                victim["action"],
-                victim["namespace"],
-                victim["name"],
-                decision["id"],
-                outcome.result,
-                f" ({outcome.message})" if outcome.message else "",
-            )
-            written.append(record)
-        return written
+        record = self._outcome_record(decision, victim, outcome)
+        if self._elector is not None:
+            # After losing the Lease, the successor (which read the evictions topic when it
+            # took over) writes this victim's one outcome; writing ours too could make two.
+            self._elector.check()
+        await self._sink.send(
+            self.topics.evictions,
+            records.encode(record),
+            key=victim["uid"].encode(),
+            headers=cloudevent.eviction_headers(record),  # CloudEvents binary mode (docs/topics.md)
+        )
+        self._ledger.mark_recorded(ledger_key)
+        self._results[ledger_key] = outcome.result
+        OUTCOMES.labels(victim["action"], outcome.result).inc()
+        log.info(
+            "%s %s/%s (%s): %s%s",
+            victim["action"],
+            victim["namespace"],
+            victim["name"],
+            decision["id"],
+            outcome.result,
+            f" ({outcome.message})" if outcome.message else "",
+        )
+        written.append(record)
 
-    async def _nominate(self, decision: DecisionRecord) -> str | None:
-        """Nominate the preemptor (or each job member); returns why not to act on the victims, if so."""
+    async def _write_outcome(self, decision: DecisionRecord, nomination: str, message: str) -> None:
+        """The OUTCOME event of one decision, into the cluster's log (a dry run changes nothing: none)."""
+        if self.dry_run:
+            return
+        victims = {
+            v["uid"]: self._results.get((decision["id"], v["uid"]), "done") for v in decision["victims"]
+        }
+        outcome: records.Outcome = {
+            "decisionId": decision["id"],
+            "preemptorUid": str(decision.get("preemptorUid") or ""),
+            "nomination": nomination,
+            "victims": victims,
+        }
+        if message:
+            outcome["message"] = message
+        event: records.ClusterEvent = {"ts": kube.rfc3339(kube.now()), "type": "OUTCOME", "outcome": outcome}
+        batch: records.ClusterEventBatch = {"v": VERSION, "cluster": self._cluster, "events": [event]}
+        if self._elector is not None:
+            self._elector.check()
+        await self._sink.send(self.topics.cluster_events, records.encode(batch), key=self._cluster.encode())
+
+    async def _nominate(self, decision: DecisionRecord) -> tuple[str, str | None]:
+        """Nominate the preemptor (or each job member): what that found, and why not to act on
+        the victims, if so."""
         placements = decision.get("placements")
         if placements:
             members, uid = sorted(placements.items()), None
         elif decision.get("node"):
             members, uid = [(decision["preemptor"], decision.get("node", ""))], decision.get("preemptorUid")
         else:
-            return None
+            return "none", None
+        result = "done"
         for member, node in members:
             ledger_key = (decision["id"], nomination_subject(member))
             if self._ledger.recorded(ledger_key):
                 continue
-            nomination = await self._actions.nominate(member, node, uid=uid)
+            nomination = await self._actions.nominate(member, node, uid=uid, scope=self.scope)
             NOMINATIONS.labels(nomination.result).inc()
             if nomination.result != "done":
                 log.warning("nominating %s to %s: %s", member, node, nomination.message)
+                result = nomination.result
             if not nomination.proceed:
                 # Not recorded: a redelivery checks again, so no victim of this decision is ever touched.
-                return nomination.message
+                return nomination.result, nomination.message
             if nomination.result != "error":  # an error is retried on redelivery
                 self._ledger.mark_recorded(ledger_key)
-        return None
+        return result, None
 
     def _outcome_record(
         self, decision: DecisionRecord, victim: VictimRecord, outcome: eviction.Outcome
@@ -473,6 +554,7 @@ async def read_back(bootstrap: str, actuator: Actuator, *, timeout_s: float = RE
 ACTUATOR_EXAMPLES = """examples:
   preemptctl actuator --broker kafka://kafka:9092 --hmac-key-file /etc/preemptctl/hmac.key \\
       --lease-name preemptctl-actuator --lease-namespace preemptctl --identity "$POD_NAME"
+  preemptctl actuator --broker kafka://kafka:9092 --scheduler-name preemptctl-scheduler
   preemptctl actuator --broker kafka://kafka:9092 --kubeconfig ~/.kube/config --dry-run
 """
 
@@ -493,6 +575,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="send dryRun=All on every write; change nothing"
+    )
+    parser.add_argument(
+        "--scheduler-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="act only for preemptors of this scheduler (repeatable; the source's --scheduler-name): "
+        "any other decision is refused, no victim touched (default: any scheduler)",
     )
     parser.add_argument(
         "--hmac-key-file",
@@ -545,7 +635,13 @@ async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | Non
             await component.prepare_broker(bootstrap, create_topics=not args.no_create_topics)
             async with KafkaSink(bootstrap, client_id=f"preemptctl-actuator-{identity}") as sink:
                 actuator = Actuator(
-                    actions, sink, ledger, cluster=args.cluster, hmac_key=hmac_key, elector=elector
+                    actions,
+                    sink,
+                    ledger,
+                    cluster=args.cluster,
+                    hmac_key=hmac_key,
+                    elector=elector,
+                    scope=tuple(sorted(set(args.scheduler_name))) or None,
                 )
                 lagging = lag.start(bootstrap, args)
                 try:

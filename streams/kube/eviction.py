@@ -40,7 +40,8 @@ Every Kubernetes edge case of actuation is handled here, with its reason:
   JSON detail (a label value cannot hold JSON).
 - The preemptor is read before it is nominated: when the decision names its
   uid, a preemptor that is gone, recreated or already bound stops the decision,
-  and no victim is touched (each gets outcome error, saying why).
+  and no victim is touched (each gets outcome error, saying why); so does one of
+  a scheduler outside the actuator's scope (--scheduler-name).
 - After a crash between our write and its record (the ledger says pending), a
   pod found gone, terminating or replaced counts as done: it was our write.
 - Events: events.k8s.io/v1, as kube-scheduler writes them (executor.go): reason
@@ -85,6 +86,8 @@ EVENT_REASON = "Preempted"
 EVENT_ACTION = "Preempting"
 EVENT_BLOCKED_REASON = "PreemptionBlocked"
 COMPONENT = "preemptctl"
+# What kube-scheduler calls itself: a pod without spec.schedulerName is its.
+DEFAULT_SCHEDULER = "default-scheduler"
 # The Event's annotation holding the decision id, so an Event leads back to its record.
 DECISION_ANNOTATION = "preemptctl.io/decision-id"
 # policy/v1's DisruptionBudgetCause: the `reason` of the StatusCause an eviction 429 carries.
@@ -218,7 +221,7 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Nomination:
-    """What nominating a preemptor found: done, gone, recreated, bound or error."""
+    """What nominating a preemptor found: done, gone, recreated, bound, out-of-scope or error."""
 
     result: str
     proceed: bool  # act on the decision's victims?
@@ -428,12 +431,16 @@ class Actions:
 
     # ---- the preemptor ---------------------------------------------------------------
 
-    async def nominate(self, member: str, node: str, *, uid: str | None) -> Nomination:
+    async def nominate(
+        self, member: str, node: str, *, uid: str | None, scope: tuple[str, ...] | None = None
+    ) -> Nomination:
         """Set status.nominatedNodeName on a preemptor (or a job member).
 
         With the preemptor's uid (a single-pod decision), a preemptor that is gone,
         recreated or already bound stops the decision: evicting for it would free
-        capacity nobody asked for.
+        capacity nobody asked for. A preemptor of a scheduler outside `scope` stops
+        it whatever the decision: another scheduler decides for it (two deciders
+        would evict twice).
         """
         namespace, _, name = member.partition("/")
         try:
@@ -448,6 +455,13 @@ class Actions:
             return Nomination("error", proceed=True, message=f"reading {member} failed: {_describe(exc)}")
         if uid and pod.metadata.uid != uid:
             return Nomination("recreated", proceed=False, message=f"preemptor {member} was recreated")
+        scheduler = (pod.spec.scheduler_name if pod.spec else None) or DEFAULT_SCHEDULER
+        if scope is not None and scheduler not in scope:
+            return Nomination(
+                "out-of-scope",
+                proceed=False,
+                message=f"preemptor {member} is {scheduler}'s, not of {', '.join(scope)}",
+            )
         if pod.spec and pod.spec.node_name:
             bound = f"preemptor {member} is already bound to {pod.spec.node_name}"
             return Nomination("bound", proceed=uid is None, message=bound)

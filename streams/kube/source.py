@@ -3,7 +3,8 @@
 This module owns the cluster's event log as the API server shows it:
 - what is watched (`RESOURCES`, plus ElasticQuotas while their CRD is served)
   and in which scope (`Scope`: namespaces, a pod label selector, a scheduler name);
-- the log's framing (TRACE.md): whenever the source (re)lists, one RESYNC, then
+- the log's framing (TRACE.md): whenever the source (re)lists, one RESYNC (with
+  the scope's schedulers, which the worker decides for), then
   ADDED for every listed object, then DELETED tombstones for objects that
   vanished while it was not watching; object events as the watches deliver them;
   TICKs so the log's clock advances while the cluster is quiet;
@@ -79,9 +80,10 @@ DEFAULT_CLUSTER = "default"
 DEFAULT_SCHEDULER = "default-scheduler"
 
 # Every TICK moves the log's clock while the cluster is quiet (toleration windows,
-# DaemonSet start delays expire on it). 5 s is finer than any such window and
-# costs ~17k tiny records a day per cluster.
-DEFAULT_TICK_SECONDS = 5.0
+# DaemonSet start delays and the worker's re-decision backoff expire on it). 1 s is
+# kube-scheduler's initial pod backoff, so a pending preemptor due again is decided
+# again within a second of it; it costs ~86k tiny records a day per cluster.
+DEFAULT_TICK_SECONDS = 1.0
 # A record holds at most this much event JSON (DESIGN §5: ~1 MiB), well under the
 # topic's max.message.bytes; a single larger object still goes alone.
 MAX_RECORD_BYTES = 1024 * 1024
@@ -226,6 +228,14 @@ class Scope:
         if spec.get("nodeName") or status.get("nominatedNodeName"):
             return True
         return (spec.get("schedulerName") or DEFAULT_SCHEDULER) == self.scheduler_name
+
+    def recorded(self) -> dict[str, Any] | None:
+        """What every RESYNC records of the scope: the schedulers decided for (None: all of them).
+
+        The worker reads it from the log, so the decisions (and `replay`) follow the
+        scope the source ran with, not a flag of their own.
+        """
+        return None if self.scheduler_name is None else {"schedulerNames": [self.scheduler_name]}
 
 
 @dataclass
@@ -617,10 +627,14 @@ class Source:
 
     # ---- emitting -----------------------------------------------------------------
 
-    async def _emit(self, event_type: str, obj: dict[str, Any] | None = None) -> None:
+    async def _emit(
+        self, event_type: str, obj: dict[str, Any] | None = None, *, scope: dict[str, Any] | None = None
+    ) -> None:
         event: dict[str, Any] = {"ts": self._clock.stamp(), "type": event_type}
         if obj is not None:
             event["object"] = obj
+        if scope is not None:
+            event["scope"] = scope
         EVENTS.labels(str(obj.get("kind", "")) if obj else "", event_type).inc()
         try:
             await self.publisher.put(event)
@@ -731,7 +745,7 @@ class Source:
         found: list[Resync] = []
         try:
             async with asyncio.TaskGroup() as group:
-                await self._emit("RESYNC")
+                await self._emit("RESYNC", scope=self.scope.recorded())
                 listed: set[Key] = set()
                 versions: dict[tuple[str, str | None], str] = {}
                 for stream in self._streams:
@@ -945,7 +959,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--scheduler-name",
         metavar="NAME",
-        help="leave out pending pods of other schedulers (bound and nominated pods are always written)",
+        help="decide only for this scheduler's pods (recorded in the log for the worker); leave out "
+        "pending pods of other schedulers (bound and nominated pods are always written)",
     )
     parser.add_argument(
         "--keep-managed-fields",

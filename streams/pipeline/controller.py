@@ -15,25 +15,45 @@ raises BadEvent. A rejected event takes no sequence number, so a log with bad
 events folds to the same state and decisions as the log without them, wherever
 it is folded (worker, `replay`, the simulator).
 
-Decisions are made when a pending pod is found unschedulable (PodScheduled
-False/Unschedulable), and on TICK for pods whose last answer was `wait`. A
-decision record is emitted when the answer for a preemptor changes, so a pod
-re-reported as unschedulable while its preemption is under way does not flood
-the log. After a `preempt`, the controller applies the decision to its own view
-at once (victims leaving, preemptor nominated): capacity is never promised
-twice and a pod is a fresh victim of at most one live decision (DESIGN §3.3).
+Decisions are made for the pending pods in scope (the schedulers the log's
+last RESYNC names; every scheduler when it names none) when one is found
+unschedulable (PodScheduled False/Unschedulable). A pod of another scheduler is
+never decided for, even once nominated, but uses capacity like any other.
+
+No answer is final while the pod is pending (liveness, modelled on
+kube-scheduler's queueing hints and pod backoff): a decided pod stays in
+`retry` and is decided again once its backoff has passed on log time
+(RETRY_INITIAL_SECONDS doubling to RETRY_MAX_SECONDS per attempt) and either a
+change that could alter its answer was folded since its last decision (a node
+added, removed or changed; a pod that was bound or nominated deleted, finishing,
+terminating or changed; any PDB, PriorityClass or ElasticQuota change; a
+toleration window closing on log time; a nomination ended) or its last answer
+was `wait`. Such changes bump `gen`; a pod is "active" when its last decision
+saw an older `gen`. A decision record is emitted when the answer for a
+preemptor changes, so a pod re-reported as unschedulable while its preemption
+is under way does not flood the log.
+
+After a `preempt`, the controller applies the decision to its own view at once
+(victims leaving, preemptor nominated): capacity is never promised twice and a
+pod is a fresh victim of at most one live decision (DESIGN §3.3). What the
+actuator did comes back through the log as an OUTCOME event: victims it did not
+act on (blocked by a PDB, an error, a refused decision) stop being "leaving",
+every nomination on their nodes ends (its room depended on them), a refused
+decision's nomination ends, and the preemptors concerned are decided again
+once their backoff has passed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from engine import ENGINE_VERSION, flows, objects, timeutil
+from engine import ENGINE_VERSION, flows, objects, timeutil, toleration
 from engine import cluster as cluster_mod
 from engine.cluster import Cluster
 from engine.config import Config
@@ -43,12 +63,31 @@ from engine.objects import Pod, Record
 from schemas import VERSION, chain, records
 from schemas.records import DecisionRecord
 from streams.kafka import topics
-from streams.pipeline.undo import Undo, record_key
+from streams.pipeline.undo import Undo, record_key, table_record
 
 # A nomination (and the "leaving" mark on its victims) that the cluster has not
 # confirmed within this much log time is dropped, so a lost eviction cannot hold
 # capacity forever (kube-scheduler clears stale nominations the same way).
 NOMINATION_TTL_SECONDS = 300
+
+# kube-scheduler's pod backoff (podInitialBackoffDuration 1 s, podMaxBackoffDuration 10 s):
+# a pending preemptor is decided again no sooner than this after its last decision,
+# doubling per attempt, so a cluster that changes all the time cannot make the worker
+# re-decide every waiting pod on every event.
+RETRY_INITIAL_SECONDS = 1
+RETRY_MAX_SECONDS = 10
+# kube-scheduler's podMaxInUnschedulablePodsDuration: a pending preemptor that no change
+# has woken is decided again this long after its last decision anyway, so a change the
+# wake-up rules do not cover (a new low-priority pod that could be a victim) is seen.
+RETRY_FLUSH_SECONDS = 300
+
+# What kube-scheduler calls itself: a pod without spec.schedulerName is its.
+DEFAULT_SCHEDULER = "default-scheduler"
+
+# Victim results of an OUTCOME event that leave the victim where it was: it is not leaving.
+NOT_ACTED = frozenset({"blocked-by-pdb", "error"})
+# Nomination results of an OUTCOME event that refuse the whole decision (no victim touched).
+REFUSED = frozenset({"gone", "recreated", "bound", "out-of-scope"})
 
 
 # A decision record is published as one Kafka record: larger than this and the broker
@@ -86,6 +125,26 @@ def _well_formed(event: Any) -> bool:
     return kind in records.EVENT_TYPES
 
 
+def _may_change_answers(before: Record | None, after: Record | None) -> bool:
+    """Could this change of one object alter a pending preemptor's answer? (kube-scheduler's
+    queueing hints, coarsely: a heartbeat or a pending pod's own status never does.)"""
+    if not isinstance(before, Pod) and not isinstance(after, Pod):
+        # A node, PDB, PriorityClass or quota added, removed, or changed beyond its version
+        # (a node's heartbeat changes nothing the engine reads, so it compares equal).
+        if before is None or after is None:
+            return before is not None or after is not None
+        return bool(dataclasses.replace(before, resource_version=after.resource_version) != after)
+    if not isinstance(after, Pod):
+        return isinstance(before, Pod) and (before.node is not None or before.nominated is not None)
+    if not isinstance(before, Pod):
+        return False  # a new pod only takes capacity (kube-scheduler requeues on none either)
+    if before.node is None and after.node is not None:
+        return False  # bound: it takes capacity it had not taken
+    if before.node is None and after.node is None and before.nominated is None and after.nominated is None:
+        return False  # a pending pod claims nothing: its own changes are its own business
+    return dataclasses.replace(before, resource_version=after.resource_version) != after
+
+
 class BadEvent(ValueError):
     """One event that could not be folded or decided: rejected (dead-lettered), the controller unchanged.
 
@@ -109,6 +168,44 @@ class Nomination:
     expires: int
 
 
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A pending preemptor's place in the re-decision queue (all times are log time, ns)."""
+
+    attempts: int  # decisions made for it so far
+    due: int  # not decided again before this
+    since: int  # its first decision: how long it has been waiting
+    gen: int  # the controller's change generation its last decision saw
+    at: int  # its last decision
+
+    @property
+    def flush(self) -> int:
+        return self.at + RETRY_FLUSH_SECONDS * timeutil.SECOND
+
+
+def backoff(attempts: int) -> int:
+    """kube-scheduler's backoff after `attempts` tries: 1 s, 2 s, 4 s, 8 s, then 10 s (ns)."""
+    seconds: int = min(RETRY_INITIAL_SECONDS * 2 ** max(0, min(attempts - 1, 16)), RETRY_MAX_SECONDS)
+    return seconds * timeutil.SECOND
+
+
+def scheduler_of(pod: Pod) -> str:
+    spec = pod.raw.get("spec")
+    name = spec.get("schedulerName") if isinstance(spec, Mapping) else None
+    return name if isinstance(name, str) and name else DEFAULT_SCHEDULER
+
+
+def scope_of(event: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The schedulers a RESYNC names (sorted), None when it names none; BadEvent when malformed."""
+    scope = event.get("scope")
+    if scope is None:
+        return None
+    problem = records.scope_problem(scope)
+    if problem:
+        raise BadEvent(problem)
+    return tuple(sorted(set(scope["schedulerNames"])))
+
+
 @dataclass(slots=True)
 class Controller:
     cluster_name: str
@@ -126,7 +223,12 @@ class Controller:
     nominations: dict[str, Nomination] = field(default_factory=dict)
     leaving: dict[str, int] = field(default_factory=dict)  # victim uid -> expiry of our "leaving" mark
     last: dict[str, str] = field(default_factory=dict)  # preemptor uid -> fingerprint of last record
-    waiting: set[str] = field(default_factory=set)
+    waiting: set[str] = field(default_factory=set)  # pods whose last answer was `wait`
+    retry: dict[str, Retry] = field(default_factory=dict)  # pending preemptor uid -> re-decision
+    gen: int = 0  # bumped by every change that could alter a pending preemptor's answer
+    clock: int = 0  # the log's time: the latest event ts folded (a late writer's ts never goes back)
+    scope: tuple[str, ...] | None = None  # the schedulers decided for (None: all), from RESYNC
+    toleration_checked: int = 0  # toleration windows closing up to here have bumped `gen`
     resync: set[str] | None = None  # keys re-listed since a RESYNC, until it completes
     dirty: dict[str, Mapping[str, Any] | None] = field(default_factory=dict)  # store key -> raw object / None
     _earliest: int | None = None  # no nomination or leaving mark expires before this
@@ -137,6 +239,12 @@ class Controller:
     encoded: dict[str, bytes] = field(init=False, default_factory=dict)
     _undo: Undo = field(init=False)
     _deciding: bool = field(init=False, default=False)  # the index's caches may be mid-update
+    # Derived from `retry`, rebuilt after a rollback or a restore: when each entry falls due
+    # (a heap of (due, uid); stale entries are skipped), the entries already due, and the
+    # `gen` those were last looked at with. They keep a quiet event O(1).
+    _timers: list[tuple[int, str]] = field(init=False, default_factory=list)
+    _due: set[str] = field(init=False, default_factory=set)
+    _due_gen: int = field(init=False, default=-1)
 
     def __post_init__(self) -> None:
         self.index = Index(self.cluster)
@@ -151,7 +259,18 @@ class Controller:
         Every change is noted in the undo log first; on any exception the log is
         rolled back, so a rejected event leaves no trace, not even a sequence number.
         """
-        scalars = (self.seq, self.prev_hash, self.decisions, self.last_seq, self.last_id, self._earliest)
+        scalars = (
+            self.seq,
+            self.prev_hash,
+            self.decisions,
+            self.last_seq,
+            self.last_id,
+            self._earliest,
+            self.gen,
+            self.clock,
+            self.scope,
+            self.toleration_checked,
+        )
         resync = self.resync
         undo = self._undo
         undo.cluster = self.cluster  # restore() replaces the cluster after construction
@@ -163,8 +282,20 @@ class Controller:
             return self._handle(event)
         except Exception as exc:
             undo.rollback()
-            self.seq, self.prev_hash, self.decisions, self.last_seq, self.last_id, self._earliest = scalars
+            (
+                self.seq,
+                self.prev_hash,
+                self.decisions,
+                self.last_seq,
+                self.last_id,
+                self._earliest,
+                self.gen,
+                self.clock,
+                self.scope,
+                self.toleration_checked,
+            ) = scalars
             self.resync = resync
+            self._rebuild_timers()
             if self._deciding:
                 # The engine raised while deciding: its ranking caches may be half-updated.
                 # A fresh index gives the same answers (it is exact), only slower at first.
@@ -177,23 +308,29 @@ class Controller:
 
     def _handle(self, event: Mapping[str, Any]) -> list[DecisionRecord]:
         seq = self.seq
-        now = timeutil.parse(event["ts"], field="ts")
+        now = max(self.clock, timeutil.parse(event["ts"], field="ts"))
+        self.clock = now
         self.seq += 1
         kind = event["type"]
-        if self.resync is not None and kind != "ADDED":
+        if self.resync is not None and kind not in ("ADDED", "OUTCOME"):
+            # An OUTCOME is the actuator's, written whenever it acts: it does not end a relist.
             self._finish_resync()
         out: list[DecisionRecord] = []
         self._expire(now)
         if kind == "RESYNC":
             self.resync = set()
+            scope = scope_of(event)
+            if scope != self.scope:
+                self.scope = scope
+                self.gen += 1  # pods now in scope are decided at their next due time
+            return out
+        if kind == "OUTCOME":
+            self._outcome(event.get("outcome"), now)
+            out.extend(self._retry_due(seq, now))
             return out
         if kind == "TICK":
-            for uid in sorted(self.waiting):
-                pod = self.cluster.pods.get(uid)
-                if pod is None or pod.node is not None:
-                    self._discard(self.waiting, uid)
-                    continue
-                out.extend(self._decide(pod, seq, now))
+            self._tolerations_closed(now)
+            out.extend(self._retry_due(seq, now))
             return out
         # Cluster.apply with its changes noted. It normalises the object before it
         # changes anything, so a malformed object raises with the index untouched.
@@ -204,6 +341,7 @@ class Controller:
         undo.table(object_kind, uid)
         if kind == "DELETED" or f"{object_kind}/{uid}" in self.cluster.tombstones:
             undo.tombstone(f"{object_kind}/{uid}")  # only then does apply touch the tombstones
+        before = table_record(self.cluster, object_kind, uid)
         key, changed = self.cluster.apply(kind, obj)
         if self.resync is not None:
             self._add(self.resync, key)
@@ -211,8 +349,11 @@ class Controller:
             return out
         undo.key(self.dirty, key)
         self.dirty[key] = None if kind == "DELETED" else obj
+        if self.retry and _may_change_answers(before, table_record(self.cluster, object_kind, uid)):
+            self.gen += 1
         if object_kind == "Pod":
             out.extend(self._pod_changed(key.split("/", 1)[1], seq, now))
+        out.extend(self._retry_due(seq, now))
         return out
 
     def _pod_changed(self, uid: str, seq: int, now: int) -> list[DecisionRecord]:
@@ -228,6 +369,13 @@ class Controller:
         if pod is None or pod.node is not None or pod.terminal:
             self._pop(self.nominations, uid)
             self._discard(self.waiting, uid)
+            self._pop(self.retry, uid)
+            return []
+        if not self._in_scope(pod):
+            # Another scheduler's pod (kube-scheduler's own, say, once it nominated it): it
+            # uses capacity, but it is not ours to decide for.
+            self._discard(self.waiting, uid)
+            self._pop(self.retry, uid)
             return []
         nom = self.nominations.get(uid)
         if nom is not None and pod.unschedulable_since is not None and pod.unschedulable_since > nom.since:
@@ -240,9 +388,149 @@ class Controller:
                 pod = dataclasses.replace(pod, nominated=nom.node)
                 self._upsert(pod)
             return []  # its preemption is under way; the scheduler has not retried it since
-        if pod.unschedulable and not pod.deleting:
+        if pod.deleting:
+            self._discard(self.waiting, uid)
+            self._pop(self.retry, uid)
+            return []
+        if pod.unschedulable:
             return self._decide(pod, seq, now)
         return []
+
+    def _in_scope(self, pod: Pod) -> bool:
+        return self.scope is None or scheduler_of(pod) in self.scope
+
+    # ---- liveness ----------------------------------------------------------------------
+
+    def _retry_due(self, seq: int, now: int) -> list[DecisionRecord]:
+        """Decide again every pending preemptor that is due and active (see the module docstring).
+
+        Higher priority first, as kube-scheduler's active queue orders pods, then by uid.
+        """
+        fresh = []
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            at, uid = heapq.heappop(timers)
+            entry = self.retry.get(uid)
+            if entry is None or at not in (entry.due, entry.flush):
+                continue  # stale: decided again (or forgotten) since it was queued
+            if uid not in fresh:  # its due time and its flush time may both have passed
+                fresh.append(uid)
+            self._due.add(uid)
+        if self.gen != self._due_gen:
+            candidates = list(self._due)
+            self._due_gen = self.gen
+        elif fresh:
+            candidates = fresh
+        else:
+            return []
+        ready = []
+        for uid in candidates:
+            entry = self.retry.get(uid)
+            if entry is None:
+                self._due.discard(uid)
+                continue
+            if entry.gen >= self.gen and uid not in self.waiting and now < entry.flush:
+                continue  # nothing changed since its last decision: it stays due, idle
+            pod = self.cluster.pods.get(uid)
+            if pod is None or pod.node is not None or pod.terminal or pod.deleting or not self._in_scope(pod):
+                self._pop(self.retry, uid)
+                self._discard(self.waiting, uid)
+                self._due.discard(uid)
+                continue
+            ready.append((-self.cluster.priority(pod), uid, pod))
+        out: list[DecisionRecord] = []
+        for _, uid, _pod in sorted(ready, key=lambda r: (r[0], r[1])):
+            pod = self.cluster.pods.get(uid)  # an earlier decision of this pass may have changed it
+            if pod is not None and uid in self.retry:
+                out.extend(self._decide(pod, seq, now))
+        return out
+
+    def _rebuild_timers(self) -> None:
+        """The derived queues, from `retry` (after a rollback or a restore)."""
+        self._due = {uid for uid, r in self.retry.items() if r.due <= self.clock}
+        self._timers = sorted(
+            [(r.due, uid) for uid, r in self.retry.items() if r.due > self.clock]
+            + [(r.flush, uid) for uid, r in self.retry.items() if r.flush > self.clock]
+        )
+        self._due_gen = -1
+
+    def _queue(self, uid: str, now: int) -> None:
+        """After a decision for `uid`: its next attempt, after the backoff."""
+        entry = self.retry.get(uid)
+        attempts = 1 if entry is None else entry.attempts + 1
+        due = now + backoff(attempts)
+        queued = Retry(attempts, due, now if entry is None else entry.since, self.gen, now)
+        self._set(self.retry, uid, queued)
+        self._due.discard(uid)
+        heapq.heappush(self._timers, (due, uid))
+        heapq.heappush(self._timers, (queued.flush, uid))
+
+    def _activate(self, uid: str) -> None:
+        """Decide `uid` again once its backoff has passed, whatever else changes (its nomination
+        ended). The backoff still holds: a victim a PDB keeps blocking must not make its
+        preemptor loop without pause."""
+        entry = self.retry.get(uid)
+        if entry is not None and entry.gen >= self.gen:
+            self._set(self.retry, uid, dataclasses.replace(entry, gen=self.gen - 1))
+
+    def _tolerations_closed(self, now: int) -> None:
+        """A toleration window that closed since the last TICK can let a waiting preemptor preempt."""
+        since, self.toleration_checked = self.toleration_checked, now
+        if not self.retry or not any(
+            (p := self.cluster.policy(name)) is not None and p.toleration_seconds > 0
+            for name in self.cluster.priority_classes
+        ):
+            return
+        for pod in self.cluster.pods.values():
+            if pod.node is None or not pod.priority_class:
+                continue
+            until = toleration.expires_at(
+                self.cluster.policy(pod.priority_class), scheduled_at=pod.scheduled_at
+            )
+            if until is not None and since < until <= now:
+                self.gen += 1
+                return
+
+    def waiting_summary(self) -> tuple[int, int | None]:
+        """Pending preemptors being decided again, and the log time the oldest was first decided."""
+        return len(self.retry), min((r.since for r in self.retry.values()), default=None)
+
+    # ---- outcomes ----------------------------------------------------------------------
+
+    def _outcome(self, outcome: Any, now: int) -> None:
+        """Fold what the actuator did with one decision (an OUTCOME event; idempotent)."""
+        problem = records.outcome_problem(outcome)
+        if problem:
+            raise BadEvent(problem)
+        refused = outcome["nomination"] in REFUSED
+        nodes = set()
+        for uid, result in sorted(outcome["victims"].items()):
+            if (refused or result in NOT_ACTED) and uid in self.leaving:
+                self._pop(self.leaving, uid)  # not acted on: it stays where it is
+                pod = self.cluster.pods.get(uid)
+                if pod is not None:
+                    self._upsert(objects.pod(pod.raw))
+                    if pod.node is not None:
+                        nodes.add(pod.node)
+        ended = sorted(
+            uid
+            for uid, nom in self.nominations.items()
+            if nom.node in nodes or (refused and nom.decision_id == outcome["decisionId"])
+        )
+        for uid in ended:
+            # Its room depended on victims that are not leaving, or it was refused: it ends,
+            # and the preemptor is decided again, with a record even if the answer is the
+            # one it had (that answer was never carried out).
+            self._pop(self.nominations, uid)
+            pod = self.cluster.pods.get(uid)
+            if pod is not None and pod.node is None:
+                self._upsert(objects.pod(pod.raw))
+            if outcome["nomination"] != "out-of-scope" or uid != outcome.get("preemptorUid"):
+                self._pop(self.last, uid)
+        if nodes or ended:
+            self.gen += 1
+            for uid in ended:
+                self._activate(uid)
 
     def _finish_resync(self) -> None:
         seen = self.resync or set()
@@ -255,17 +543,21 @@ class Controller:
                     self._pop(self.nominations, key)
                     self._discard(self.waiting, key)
                     self._pop(self.leaving, key)
+                    self._pop(self.retry, key)
+                self.gen += 1
 
     def _expire(self, now: int) -> None:
         if self._earliest is None or self._earliest >= now:
             return  # nothing can have expired: the common case, kept O(1)
         for uid in sorted(u for u, n in self.nominations.items() if n.expires < now):
             self._pop(self.nominations, uid)
+            self.gen += 1  # the capacity it promised is free again
             pod = self.cluster.pods.get(uid)
             if pod is not None and pod.node is None:
                 self._upsert(objects.pod(pod.raw))  # back to what the API says
         for uid in sorted(u for u, t in self.leaving.items() if t < now):
             self._pop(self.leaving, uid)
+            self.gen += 1
             pod = self.cluster.pods.get(uid)
             if pod is not None:
                 self._upsert(objects.pod(pod.raw))
@@ -283,6 +575,11 @@ class Controller:
             self._add(self.waiting, pod.uid)
         else:
             self._discard(self.waiting, pod.uid)
+        self._queue(pod.uid, now)
+        if d.outcome == WAIT and pod.uid in self.nominations:
+            # Its own preemption is under way (victims still terminating on the node it was
+            # nominated to): the answer it has stands, nothing to record.
+            return []
         fingerprint = (
             f"{d.outcome}|{d.node}|{sorted((d.placements or {}).items())}|{[v.uid for v in d.victims]}"
         )
@@ -419,6 +716,11 @@ class Controller:
             "leaving": dict(sorted(self.leaving.items())),
             "last": dict(sorted(self.last.items())),
             "waiting": sorted(self.waiting),
+            "retry": {u: dataclasses.astuple(r) for u, r in sorted(self.retry.items())},
+            "gen": self.gen,
+            "clock": self.clock,
+            "scope": None if self.scope is None else list(self.scope),
+            "tolerationChecked": self.toleration_checked,
             "resync": None if self.resync is None else sorted(self.resync),
             "tombstones": self.cluster.tombstones,
         }
@@ -448,6 +750,13 @@ class Controller:
         ctl.leaving = {u: int(t) for u, t in state["leaving"].items()}
         ctl.last = dict(state["last"])
         ctl.waiting = set(state["waiting"])
+        # Absent from a store written before re-decisions existed: nothing queued then.
+        ctl.retry = {u: Retry(*(int(x) for x in r)) for u, r in (state.get("retry") or {}).items()}
+        ctl.gen = int(state.get("gen", 0))
+        ctl.clock = int(state.get("clock", 0))
+        ctl.scope = None if state.get("scope") is None else tuple(state["scope"])
+        ctl.toleration_checked = int(state.get("tolerationChecked", 0))
+        ctl._rebuild_timers()
         ctl.resync = None if state.get("resync") is None else set(state["resync"])
         ctl.cluster.tombstones.update(state.get("tombstones", {}))
         ctl._earliest = min(

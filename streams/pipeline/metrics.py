@@ -55,6 +55,25 @@ VICTIMS = Histogram(
 )
 
 
+# Liveness (issue 22): a preemptor that waits long is a stuck loop or a cluster that is full.
+WAITING = Gauge(
+    "preemptctl_preemptors_waiting",
+    "Pending preemptors the worker has decided for and decides again while they stay pending.",
+    ["cluster"],
+)
+OLDEST_WAITING = Gauge(
+    "preemptctl_preemptor_oldest_wait_seconds",
+    "Log time since the first decision for the longest-waiting pending preemptor (0 when none waits).",
+    ["cluster"],
+)
+
+
+def waiting(cluster: str, count: int, oldest: int | None, *, now: int) -> None:
+    """After a record is folded: the cluster's waiting preemptors, and the oldest one's wait on log time."""
+    WAITING.labels(cluster).set(count)
+    OLDEST_WAITING.labels(cluster).set(0.0 if oldest is None else max(0, now - oldest) / timeutil.SECOND)
+
+
 def folded(partition: int, ts: object) -> None:
     """After a record is folded: how old its last event was (the source stamps ts when it sees an event)."""
     if not isinstance(ts, str):

@@ -395,6 +395,7 @@ class PartitionWorker:
         EVENTS.inc(n)
         if n and isinstance(batch["events"][-1], dict):  # anything else was dead-lettered
             metrics.folded(self.partition, batch["events"][-1].get("ts"))
+        metrics.waiting(ctl.cluster_name, *ctl.waiting_summary(), now=ctl.clock)
         return out
 
     def _dead(

@@ -5,6 +5,8 @@ cluster's reactions, on the log's clock (DESIGN §10):
 - the actuator's effects: fresh victims get a deletionTimestamp and the
   DisruptionTarget condition at the decision's time (or the soft-eviction label),
   the preemptor its nominatedNodeName; victims are DELETED after their grace period;
+  an OUTCOME event says what was done (a decision for a preemptor already bound or
+  gone is refused, as the actuator refuses it);
 - kube-scheduler's binding role: whenever capacity may have freed up, pending pods
   that fit now are bound in priority order (a nominated pod to its nominated node
   first, never into capacity promised to a higher-priority nominated pod), and a
@@ -166,48 +168,91 @@ class Simulator:
     # ---- reactions -----------------------------------------------------------------------
 
     def react(self, decisions: Sequence[Mapping[str, Any]]) -> None:
-        """The actuator's effects of each preempt decision, as the cluster would show them."""
+        """The actuator's effects of each preempt decision, as the cluster would show them,
+        and its OUTCOME event, as streams.kube.actuator writes it.
+
+        As the actuator does, a single-pod decision whose preemptor is gone or already
+        bound is refused: no victim is touched.
+        """
         for d in decisions:
             if d.get("outcome") != "preempt":
                 continue
             at = timeutil.parse(d["ts"])
+            results: dict[str, str] = {}
+            refusal = self._refusal(d)
             for v in d.get("victims", []):
-                raw = self.raw.get(v["uid"])
-                if (
-                    raw is None
-                    or v.get("terminating")
-                    or (raw.get("metadata") or {}).get("deletionTimestamp")
-                ):
-                    continue
-                pod = copy.deepcopy(raw)
-                meta = pod.setdefault("metadata", {})
-                if v["action"] == "label":
-                    meta.setdefault("labels", {})[SOFT_EVICTION] = "true"
-                else:
-                    meta["deletionTimestamp"] = timeutil.render(at)
-                    grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
-                    meta["deletionGracePeriodSeconds"] = grace
-                    conds = pod.setdefault("status", {}).setdefault("conditions", [])
-                    conds.append(
-                        {
-                            "type": "DisruptionTarget",
-                            "status": "True",
-                            "reason": "PreemptionByScheduler",
-                            "lastTransitionTime": timeutil.render(at),
-                        }
-                    )
-                self._emit("MODIFIED", pod, at=at, origin=IMMEDIATE)
-                grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
-                self._emit("DELETED", copy.deepcopy(pod), at=at + grace * timeutil.SECOND, origin=DELAYED)
+                results[v["uid"]] = self._act(v, at) if refusal is None else "error"
+            nomination = refusal or "none"
             targets = d.get("placements") or {d["preemptorUid"]: d.get("node")}
             for member, node in sorted(targets.items()):
                 uid = member if member in self.raw else self._uid_of(member)
                 raw = self.raw.get(uid or "")
-                if raw is None or node is None or (raw.get("spec") or {}).get("nodeName"):
+                if (
+                    refusal is not None
+                    or raw is None
+                    or node is None
+                    or (raw.get("spec") or {}).get("nodeName")
+                ):
                     continue
                 pod = copy.deepcopy(raw)
                 pod.setdefault("status", {})["nominatedNodeName"] = node
                 self._emit("MODIFIED", pod, at=at, origin=IMMEDIATE)
+                nomination = "done"
+            outcome: dict[str, Any] = {
+                "decisionId": d["id"],
+                "preemptorUid": d.get("preemptorUid", ""),
+                "nomination": nomination,
+                "victims": results,
+            }
+            if refusal is not None:
+                outcome["message"] = f"preemptor {d['preemptor']} is {refusal}: no victim was touched"
+            event = {
+                "ts": timeutil.render(at),
+                "type": "OUTCOME",
+                "outcome": outcome,
+                "cluster": self.cluster,
+            }
+            self._push(at, IMMEDIATE, event, applied=True)
+
+    def _refusal(self, d: Mapping[str, Any]) -> str | None:
+        """Why the actuator would refuse a single-pod decision (gone, bound), or None."""
+        if d.get("placements"):
+            return None
+        raw = self.raw.get(str(d.get("preemptorUid") or ""))
+        if raw is None:
+            return "gone"
+        if (raw.get("spec") or {}).get("nodeName"):
+            return "bound"
+        return None
+
+    def _act(self, v: Mapping[str, Any], at: int) -> str:
+        """One victim's eviction as the cluster shows it; its result."""
+        raw = self.raw.get(v["uid"])
+        if raw is None:
+            return "already-gone"
+        if v.get("terminating") or (raw.get("metadata") or {}).get("deletionTimestamp"):
+            return "already-terminating"
+        pod = copy.deepcopy(raw)
+        meta = pod.setdefault("metadata", {})
+        if v["action"] == "label":
+            meta.setdefault("labels", {})[SOFT_EVICTION] = "true"
+        else:
+            meta["deletionTimestamp"] = timeutil.render(at)
+            grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+            meta["deletionGracePeriodSeconds"] = grace
+            conds = pod.setdefault("status", {}).setdefault("conditions", [])
+            conds.append(
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "PreemptionByScheduler",
+                    "lastTransitionTime": timeutil.render(at),
+                }
+            )
+        self._emit("MODIFIED", pod, at=at, origin=IMMEDIATE)
+        grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        self._emit("DELETED", copy.deepcopy(pod), at=at + grace * timeutil.SECOND, origin=DELAYED)
+        return "done"
 
     def _uid_of(self, key: str) -> str | None:
         namespace, _, name = key.partition("/")

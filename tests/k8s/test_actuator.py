@@ -26,7 +26,7 @@ from aiokafka import AIOKafkaProducer
 from kubernetes_asyncio import client
 from prometheus_client import REGISTRY
 
-from schemas import chain
+from schemas import chain, records
 from schemas.records import VictimRecord
 from streams.kafka import topics as kafka_topics
 from streams.kafka.deadletter import Origin
@@ -119,6 +119,17 @@ def make(
     return Actuator(actions, sink, ledger, hmac_key=key), sink
 
 
+def outcome_events(sink: MemorySink) -> list[dict[str, Any]]:
+    """The OUTCOME events the actuator wrote into the cluster's log, in order."""
+    found = []
+    for r in sink.records:
+        if r.topic == "preemption.cluster-events":
+            batch = orjson.loads(r.value)
+            assert r.key == batch["cluster"].encode() and records.decode_batch(r.value)
+            found += batch["events"]
+    return found
+
+
 def outcomes(sink: MemorySink, topic: str = "preemption.evictions") -> dict[str, dict[str, Any]]:
     found = [orjson.loads(r.value) for r in sink.on(topic)]
     for record in found:
@@ -208,9 +219,14 @@ async def test_no_victim_is_touched_for_a_preemptor_that_no_longer_needs_it(
     assert {o["result"] for o in found.values()} == {"error"}
     assert change in found["v-evict"]["message"] and "no victim was touched" in found["v-evict"]["message"]
     assert fake.writes() == []
-    # Redelivered: nothing more is written, and still nothing is touched.
+    # The worker learns of the refusal through the cluster's log: nothing was done.
+    (event,) = outcome_events(sink)
+    assert event["outcome"]["nomination"] == change
+    assert set(event["outcome"]["victims"].values()) == {"error"}
+    # Redelivered: no more outcomes, and still nothing is touched; the OUTCOME again says so.
     assert await act.handle(value, key=None, origin=ORIGIN) == []
-    assert fake.writes() == [] and len(sink.records) == 2
+    assert fake.writes() == [] and len(outcomes(sink)) == 2
+    assert [e["outcome"]["victims"] for e in outcome_events(sink)] == [event["outcome"]["victims"]] * 2
 
 
 # ---- idempotence ----------------------------------------------------------------------
@@ -268,13 +284,13 @@ async def test_a_decision_delivered_three_times_evicts_once(
     )
     assert await actuator.read_back(broker, again) == 1
     assert await again.handle(value, key=b"default", origin=ORIGIN) == []
-    assert memory.records == []
+    assert {r.topic for r in memory.records} == {"preemption.cluster-events"}  # only the OUTCOME again
     assert len([c for c in fake.writes() if c.subresource == "eviction"]) == 1
     # ... and the ledger file alone says so too (a restart with the topic unreadable).
     ledger = Ledger(tmp_path / "ledger.jsonl")
     third, third_sink = make(api, ledger=ledger)
     assert await third.handle(value, key=b"default", origin=ORIGIN) == []
-    assert third_sink.records == []
+    assert {r.topic for r in third_sink.records} == {"preemption.cluster-events"}
 
 
 async def test_a_crash_between_the_write_and_its_record_resumes_as_done(

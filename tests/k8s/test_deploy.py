@@ -323,7 +323,7 @@ def test_deployments_run_the_right_component_with_probes(chart_values: dict[str,
 
     # The rendered args are what the command line accepts.
     src = cli().parse_args(container(deployments["pc-source"])["args"])
-    assert (src.broker, src.cluster, src.tick_seconds) == (chart_values["broker"], "default", 5.0)
+    assert (src.broker, src.cluster, src.tick_seconds) == (chart_values["broker"], "default", 1.0)
     if importlib.util.find_spec("streams.pipeline.app") is not None:
         cli().parse_args(container(deployments["pc-worker"])["args"])
     act = cli().parse_args(container(deployments["pc-actuator"])["args"])
