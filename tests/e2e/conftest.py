@@ -48,3 +48,13 @@ def e2e_tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def loop(plane: stack_mod.ControlPlane, e2e_tansu: str) -> Iterator[stack_mod.Stack]:
     with stack_mod.stack(plane, e2e_tansu, "e2e", NAMESPACE, config=TANSU_CONFIG) as running:
         yield running
+
+
+KAFKA_NAMESPACE = "e2e-kafka"
+
+
+@pytest.fixture(scope="session")
+def kafka_loop(plane: stack_mod.ControlPlane, kafka_broker: str) -> Iterator[stack_mod.Stack]:
+    """The same loop on the session's Apache Kafka, deleting victims (the default action)."""
+    with stack_mod.stack(plane, kafka_broker, "e2e-kafka", KAFKA_NAMESPACE) as running:
+        yield running

@@ -112,11 +112,12 @@ def make(
     sink: MemorySink | None = None,
     key: bytes | None = KEY,
     ledger: Ledger | None = None,
+    scope: tuple[str, ...] | None = None,
 ) -> tuple[Actuator, MemorySink]:
     sink = sink or MemorySink()
     actions = eviction.Actions(api, identity="test", retry=FAST)
     ledger = ledger if ledger is not None else Ledger()
-    return Actuator(actions, sink, ledger, hmac_key=key), sink
+    return Actuator(actions, sink, ledger, hmac_key=key, scope=scope), sink
 
 
 def outcome_events(sink: MemorySink) -> list[dict[str, Any]]:
@@ -423,3 +424,66 @@ async def test_eviction_answers_are_read_as_the_server_means_them() -> None:
     capped = eviction.Answer(429, retry_after_s=10_000)
     assert actions._wait(api.Backoff(0.01, 0.02, jitter=0), capped) == FAST.retry_after_max_s
     await actions.api.close()
+
+
+async def test_a_preemptor_of_another_scheduler_is_refused(served: tuple[FakeApi, client.ApiClient]) -> None:
+    """Issue 22, 2: the actuator acts only for its schedulers' preemptors; kube-scheduler's own
+    preemptor (default-scheduler) is refused whatever the decision says: no victim is touched."""
+    fake, api = served
+    pods = world(fake)
+    act, sink = make(api, scope=("preemptctl-scheduler",))
+    value = orjson.dumps(decision(pods["high"], [victim(pods["v-evict"], "evict")]))
+    await act.handle(value, key=None, origin=ORIGIN)
+    assert fake.writes() == []
+    assert "default-scheduler" in outcomes(sink)["v-evict"]["message"]
+    (event,) = outcome_events(sink)
+    assert (event["outcome"]["nomination"], event["outcome"]["victims"]) == (
+        "out-of-scope",
+        {pods["v-evict"]["metadata"]["uid"]: "error"},
+    )
+    # Its own scheduler's preemptor is acted on.
+    fake.modify("pods", "default", "high", {"spec": {"schedulerName": "preemptctl-scheduler"}})
+    other = decision(pods["high"], [victim(pods["v-delete"], "delete")], decision_id="default/43/high-uid")
+    await act.handle(orjson.dumps(other), key=None, origin=ORIGIN)
+    assert outcomes(sink)["v-delete"]["result"] == "done"
+    assert outcome_events(sink)[-1]["outcome"]["nomination"] == "done"
+
+
+class _Slow:
+    """Actions whose every victim takes a while: how many are in flight at once?"""
+
+    dry_run = False
+    identity = "slow"
+
+    def __init__(self) -> None:
+        self.active = self.most = 0
+
+    async def nominate(self, member: str, node: str, **_: Any) -> eviction.Nomination:
+        return eviction.Nomination("done", proceed=True)
+
+    async def act(self, victim: VictimRecord, context: Any, **_: Any) -> eviction.Outcome:
+        self.active += 1
+        self.most = max(self.most, self.active)
+        await asyncio.sleep(0.05)
+        self.active -= 1
+        return eviction.Outcome("done", 1)
+
+    async def post_event(self, *_: Any) -> None:
+        return None
+
+
+async def test_victims_of_one_decision_are_acted_on_concurrently_within_the_bound() -> None:
+    slow = _Slow()
+    sink = MemorySink()
+    act = Actuator(cast(eviction.Actions, slow), sink, Ledger(), hmac_key=KEY)
+    pods = {f"v{i}": objects.pod(f"v{i}", node="n1") for i in range(actuator.VICTIM_CONCURRENCY * 2 + 1)}
+    for i, pod in enumerate(pods.values()):
+        pod["metadata"]["uid"] = f"v{i}-uid"
+        pod["metadata"].setdefault("namespace", "default")
+    high = objects.pod("high", priority=1000, cpu="3", unschedulable=True)
+    high["metadata"].update({"uid": "high-uid", "namespace": "default"})
+    value = orjson.dumps(decision(high, [victim(p, "delete") for p in pods.values()]))
+    written = await act.handle(value, key=None, origin=ORIGIN)
+    assert slow.most == actuator.VICTIM_CONCURRENCY
+    # One outcome each, reported in the decision's order whatever order they finished in.
+    assert [r["victim"]["name"] for r in written] == list(pods)
