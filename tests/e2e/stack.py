@@ -195,7 +195,8 @@ class Stack:
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="preemptctl-e2e-")))
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
-    generation: int = 0  # restarts so far: each worker start gets a fresh log name
+    generation: int = 0  # processes started so far: each start gets a fresh log name
+    generations: dict[str, int] = field(default_factory=dict)  # component -> its current log's number
 
     def __enter__(self) -> Stack:
         try:
@@ -236,6 +237,7 @@ class Stack:
     def start(self, component: str) -> None:
         self.ports[component] = process_mod.free_loopback_port()
         self.generation += 1
+        self.generations[component] = self.generation
         log = (self.root / f"{component}-{self.generation}.log").open("wb")
         process = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", *self.argv(component)],
@@ -281,6 +283,11 @@ class Stack:
                 with contextlib.suppress(ProcessLookupError):
                     self.resume(component)
                 self.kill(component, signal.SIGTERM)
+
+    def log(self, component: str) -> str:
+        """What the component's current process has logged so far."""
+        path = self.root / f"{component}-{self.generations[component]}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def dump(self) -> str:
         parts = []

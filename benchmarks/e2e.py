@@ -1,0 +1,287 @@
+"""The whole loop, side by side: preemptctl's profile and kube-scheduler's DefaultPreemption on one cluster.
+
+    .venv/bin/python benchmarks/e2e.py --nodes 1000 --pods-per-node 10 --preemptors 30 --victims 4
+    .venv/bin/python benchmarks/e2e.py --nodes 40 --preemptors 6 --output json      # a quick look
+
+One control plane (tests/e2e/stack.py: kube-apiserver + etcd, kube-scheduler v1.34.2
+with both profiles of docs/deploy.md, kwok faking the nodes) and preemptctl's source,
+worker and actuator on the embedded tansu. The nodes are split in two halves by a
+label, one per profile, each node full of low-priority pods (bound directly; their
+status is written here, as kwok falls behind at thousands of pods on a loaded
+machine). Preemptors are then created alternately for each profile, one every
+--interval seconds, each needing --victims victims on one node; the two profiles
+never compete for a node, so each sees the same cluster load.
+
+For each profile it reports time-to-bind (creation to kube-scheduler's binding, seen
+by a watch) p50/p99, evictions per preemptor, preemptors never bound, and wasted
+evictions: victims evicted for a preemptor that was bound on another node or never
+bound (victims are attributed by the Preempted Events both deciders write, regarding
+the victim, naming the preemptor's uid). For preemptctl it also says where the time
+goes, from the records' own times: kube-scheduler's first attempt and the source's
+watch (creation to the event's ts), source batching and Kafka (ts to the record's
+append time), the worker (record to decision), the actuator (decision to its last
+outcome), and kwok plus kube-scheduler's retry (last outcome to binding).
+This is a benchmark, never a test: nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import ssl
+import statistics
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from schemas import records  # noqa: E402
+from streams.brokers import embedded  # noqa: E402
+from tests.e2e import objects  # noqa: E402
+from tests.e2e.stack import ControlPlane, Stack, stack, wait_for  # noqa: E402
+
+NAMESPACE = "bench"
+PROFILES = {"preemptctl": "preemptctl-scheduler", "default": "default-scheduler"}
+ROLE = "bench.preemptctl.io/role"
+# Pods created at once while filling the nodes: the API server takes these in parallel.
+FILL_THREADS = 8
+# A preemptor not bound this long after the last one was created counts as never bound.
+BIND_TIMEOUT_S = 120.0
+
+
+def _ts(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class Watch(threading.Thread):
+    """Watches the preemptors; the wall time each was first seen bound, and where."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        super().__init__(daemon=True)
+        self.plane = plane
+        self.bound: dict[str, tuple[float, str]] = {}  # name -> (time, node)
+        self.uids: dict[str, str] = {}
+
+    def run(self) -> None:
+        cluster = self.plane.cluster
+        selector = urllib.request.quote(f"{ROLE}=preemptor")
+        url = f"{cluster.url}/api/v1/namespaces/{NAMESPACE}/pods?watch=1&labelSelector={selector}"
+        context = ssl.create_default_context(cafile=str(cluster.ca_file))
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {cluster.token('admin')}"})
+        while True:
+            try:
+                response = urllib.request.urlopen(request, context=context, timeout=600)
+            except OSError:
+                return  # the control plane is gone: the run is over
+            with response:
+                for line in response:
+                    pod = orjson.loads(line)["object"]
+                    name = pod["metadata"]["name"]
+                    self.uids[name] = pod["metadata"]["uid"]
+                    node = pod["spec"].get("nodeName")
+                    if node and name not in self.bound:
+                        self.bound[name] = (time.time(), node)
+
+
+def fill(plane: ControlPlane, nodes: int, pods_per_node: int) -> dict[str, str]:
+    """kwok nodes, half per profile, each full of low-priority pods; node -> profile."""
+    for name, value in (("bench-low", 10), ("bench-high", 1000)):
+        try:
+            plane.create(objects.priority_class(name, value))
+        except urllib.error.HTTPError:
+            pass
+    owner = {f"bench-n{i:04d}": list(PROFILES)[i % 2] for i in range(nodes)}
+
+    def make_node(name: str) -> None:
+        plane.create(objects.node(name, owner[name], cpu=str(pods_per_node), pods=pods_per_node + 10))
+
+    def make_pod(args: tuple[str, int]) -> None:
+        node, i = args
+        pod = objects.pod(f"{node}-v{i}", NAMESPACE, owner[node], cpu="1", priority_class="bench-low", node=node)
+        created = plane.create(pod)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status = {"phase": "Running", "startTime": now,
+                  "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now},
+                                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}]}  # fmt: skip
+        plane.patch(created, {"status": status}, subresource="status")
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(FILL_THREADS) as pool:
+        list(pool.map(make_node, owner))
+        list(pool.map(make_pod, [(n, i) for n in owner for i in range(pods_per_node)]))
+    print(f"filled {nodes} nodes, {nodes * pods_per_node} pods in {time.monotonic() - started:.0f}s",
+          file=sys.stderr)  # fmt: skip
+    return owner
+
+
+def stream(plane: ControlPlane, count: int, victims: int, interval: float) -> dict[str, tuple[str, float]]:
+    """`count` preemptors per profile, alternating; name -> (profile, created at)."""
+    made: dict[str, tuple[str, float]] = {}
+    for i in range(count):
+        for profile, scheduler in PROFILES.items():
+            name = f"{profile}-p{i:03d}"
+            pod = objects.pod(name, NAMESPACE, profile, cpu=str(victims), priority_class="bench-high",
+                              scheduler=scheduler, labels={ROLE: "preemptor"})  # fmt: skip
+            made[name] = (profile, time.time())
+            plane.create(pod)
+            time.sleep(interval / 2)
+    return made
+
+
+def preempted(plane: ControlPlane) -> list[tuple[str, str, str]]:
+    """(victim, preemptor uid, node) of every Preempted Event, whoever wrote it."""
+    out = []
+    events = plane.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")["items"]
+    for e in events:
+        if e.get("reason") != "Preempted":
+            continue
+        note = e.get("note") or ""  # "Preempted by pod <uid> on node <node>"
+        words = note.split()
+        if len(words) >= 7 and words[:3] == ["Preempted", "by", "pod"]:
+            out.append((e["regarding"]["name"], words[3], words[6]))
+    return sorted(set(out))
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def report(made: dict[str, tuple[str, float]], watch: Watch, events: list[tuple[str, str, str]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    by_uid = {watch.uids.get(n): n for n in made}
+    for profile in PROFILES:
+        names = [n for n, (p, _) in made.items() if p == profile]
+        binds = [watch.bound[n][0] - made[n][1] for n in names if n in watch.bound]
+        mine = [(v, uid, node) for v, uid, node in events if by_uid.get(uid) in names]
+        wasted = [v for v, uid, node in mine if watch.bound.get(by_uid[uid], (0, None))[1] != node]
+        out[profile] = {
+            "preemptors": len(names),
+            "bound": len(binds),
+            "neverBound": len(names) - len(binds),
+            "timeToBindP50": percentile(binds, 0.5),
+            "timeToBindP99": percentile(binds, 0.99),
+            "timeToBindMax": max(binds, default=None),
+            "evictionsPerPreemptor": len(mine) / len(names) if names else None,
+            "wastedEvictions": len(wasted),
+        }
+    return out
+
+
+def where_the_time_goes(loop: Stack, made: dict[str, tuple[str, float]], watch: Watch) -> dict[str, Any]:
+    """preemptctl's stages per preemptor, medians in seconds, from the records' own times."""
+
+    async def _read(topic: str) -> list[tuple[float, Any]]:
+        """Every record with the time the broker has for it (the producer's create time)."""
+        consumer = AIOKafkaConsumer(bootstrap_servers=loop.bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+            if not partitions:
+                await consumer.topics()
+                partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+            consumer.assign(partitions)
+            await consumer.seek_to_beginning(*partitions)
+            ends = await consumer.end_offsets(partitions)
+            out = []
+            deadline = time.monotonic() + 60
+            while [tp for tp in partitions if await consumer.position(tp) < ends[tp]] and time.monotonic() < deadline:
+                for messages in (await consumer.getmany(timeout_ms=500)).values():
+                    out += [(m.timestamp / 1000.0, orjson.loads(m.value)) for m in messages]
+            return out
+        finally:
+            await consumer.stop()
+
+    batches = asyncio.run(_read(records.CLUSTER_EVENTS))
+    decisions = asyncio.run(_read(records.DECISIONS))
+    evictions = asyncio.run(_read(records.EVICTIONS))
+    seen: dict[str, tuple[float, float]] = {}  # uid -> (first Unschedulable event ts, its record's time)
+    for appended, batch in batches:
+        for e in batch.get("events", []):
+            obj = e.get("object") or {}
+            conds = (obj.get("status") or {}).get("conditions") or []
+            uid = (obj.get("metadata") or {}).get("uid")
+            if uid and uid not in seen and any(c.get("reason") == "Unschedulable" for c in conds):
+                seen[uid] = (_ts(e["ts"]), appended)
+    decided = {}
+    for appended, d in decisions:
+        if d["outcome"] == "preempt":
+            decided.setdefault(d["preemptorUid"], (appended, d["id"]))
+    acted: dict[str, float] = {}
+    for appended, o in evictions:
+        acted[o["decisionId"]] = max(acted.get(o["decisionId"], 0.0), appended)
+    stages: dict[str, list[float]] = {k: [] for k in ("scheduler+source", "kafka", "worker", "actuator", "bind")}
+    for name, (profile, created) in made.items():
+        uid = watch.uids.get(name)
+        if profile != "preemptctl" or uid not in seen or uid not in decided or name not in watch.bound:
+            continue
+        event_ts, appended = seen[uid]
+        decision_at, decision_id = decided[uid]
+        stages["scheduler+source"].append(event_ts - created)
+        stages["kafka"].append(appended - event_ts)
+        stages["worker"].append(decision_at - appended)
+        if decision_id in acted:
+            stages["actuator"].append(acted[decision_id] - decision_at)
+            stages["bind"].append(watch.bound[name][0] - acted[decision_id])
+    return {k: (statistics.median(v) if v else None) for k, v in stages.items()}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--nodes", type=int, default=40)
+    parser.add_argument("--pods-per-node", type=int, default=10)
+    parser.add_argument("--preemptors", type=int, default=10, help="per profile")
+    parser.add_argument("--victims", type=int, default=4, help="victims each preemptor needs")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between preemptors of one profile")
+    parser.add_argument("--output", choices=("json", "text"), default="text")
+    args = parser.parse_args(argv)
+    with ControlPlane() as plane, embedded.EmbeddedBroker() as tansu:
+        plane.cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        fill(plane, args.nodes, args.pods_per_node)
+        watch = Watch(plane)
+        watch.start()
+        with stack(plane, tansu.bootstrap, "bench", NAMESPACE) as loop:
+            # Ready means the actuator has read its outcomes back; its consumer group joins after
+            # (tansu takes about half a session timeout): stream only once it has its partitions.
+            wait_for(lambda: "newly assigned partitions" in loop.log("actuator"), "actuator in its group", 60)
+            print("preemptctl ready; streaming preemptors", file=sys.stderr)
+            made = stream(plane, args.preemptors, args.victims, args.interval)
+            try:
+                wait_for(lambda: len(watch.bound) >= len(made), "every preemptor bound", BIND_TIMEOUT_S, every_s=0.5)
+            except AssertionError as exc:
+                print(f"warning: {exc}", file=sys.stderr)
+            time.sleep(2.0)  # late evictions show up in the Events
+            result = {
+                "nodes": args.nodes,
+                "podsPerNode": args.pods_per_node,
+                "victimsPerPreemptor": args.victims,
+                "profiles": report(made, watch, preempted(plane)),
+                "preemptctlStagesMedianSeconds": where_the_time_goes(loop, made, watch),
+            }
+    if args.output == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{args.nodes} kwok nodes, {args.nodes * args.pods_per_node} pods, {args.victims} victims per preemptor")
+        for profile, r in result["profiles"].items():
+            print(f"  {profile:10} bound {r['bound']}/{r['preemptors']}  time-to-bind p50 {r['timeToBindP50']}"
+                  f" p99 {r['timeToBindP99']}  evictions/preemptor {r['evictionsPerPreemptor']}"
+                  f"  wasted {r['wastedEvictions']}")  # fmt: skip
+        print(f"  preemptctl stages (median s): {result['preemptctlStagesMedianSeconds']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
