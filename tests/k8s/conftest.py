@@ -17,6 +17,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from streams.kube import api as kube
+from tests import tools
 from tests.k8s import cluster
 from tests.k8s.fakeapi import FakeApi
 
@@ -78,13 +79,14 @@ def kube_cluster() -> Iterator[cluster.TestCluster]:
     """etcd + kube-apiserver for the session, with the chart installed (helm template | kubectl
     apply --server-side, as the admin), so every component identity has exactly the chart's RBAC.
 
-    Skips, saying why, when a prerequisite is missing (make kube-tools installs them all).
+    Skips, saying why, when a prerequisite is missing (make kube-tools installs them all); fails
+    instead under `make test` (tests/tools.py).
     """
     try:
         cluster.prerequisites()
         cluster.tool("helm"), cluster.tool("kubectl")
     except cluster.Unavailable as exc:
-        pytest.skip(f"no real API server: {exc}")
+        tools.unavailable(f"no real API server: {exc}")
     with cluster.TestCluster() as running:
         print(
             f"\nkube-apiserver v{cluster.KUBE_VERSION} ready in {running.started_in_s:.1f}s at {running.url}"
