@@ -5,8 +5,10 @@ imports an asynchronous runtime; every decision is a function of the objects
 and the instant it is given. `streams` wraps it with Kafka and Kubernetes.
 """
 
-# Recorded in every decision (`engineVersion`): replaying a log with another engine
-# version may legitimately decide differently. 0.2.0: PDB violations counted on the
+# preemptctl's one version (the package's, through pyproject.toml; the chart's appVersion and
+# the image tag, held to it by tests/test_version.py), recorded in every decision
+# (`engineVersion`): replaying a log with another engine version may legitimately decide
+# differently. 0.2.0: PDB violations counted on the
 # final victims, `node` for single-pod job preemptors, minimal ties by start time,
 # explanations of three candidates and none for a fitting pod.
 ENGINE_VERSION = "0.2.0"

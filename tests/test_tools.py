@@ -18,7 +18,7 @@ def test_a_missing_program_fails_when_the_run_requires_every_tool(
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     monkeypatch.setenv(tools.REQUIRE_TOOLS_ENV, value)
-    with pytest.raises(pytest.fail.Exception, match="no-such-program-xyz not found.*needs every tool"):
+    with pytest.raises(pytest.fail.Exception, match=r"no-such-program-xyz not found.*needs every tool"):
         tools.need("no-such-program-xyz", "xyz")
 
 

@@ -32,12 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka.errors import KafkaError
 
 from schemas import chain
 from streams.common.errors import UsageError
 from streams.common.options import load_key
-from streams.kafka import logio, reading
+from streams.kafka import logio
 
 EXIT_INTACT = 0
 EXIT_TAMPERED = 1
@@ -106,6 +105,11 @@ def scan(location: str, sink: Sink) -> None:
     plain consumer from its beginning. Unreadable input raises UsageError.
     """
     if logio.is_kafka(location):
+        # The Kafka client only for a topic: `audit verify FILE` starts without it.
+        from aiokafka.errors import KafkaError
+
+        from streams.kafka import reading
+
         bootstrap, topic = reading.parse_topic_url(location)
         quiet_client_logs()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,28 +18,42 @@ try:  # libyaml when present: several times faster on large cases
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
     _Loader = yaml.SafeLoader
 
+# The CASE argument that means standard input.
+STDIN = "-"
+# How a case read from standard input is named in errors (and in answers, when it has no `name`).
+STDIN_NAME = "stdin"
 
-def read(path: Path) -> Any:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror or exc}") from exc
-    if path.suffix == ".json":
+
+def _parse(data: bytes, *, where: str, as_json: bool) -> Any:
+    if as_json:
         # Fast path for large cases (5,000 nodes): orjson parses them in milliseconds.
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            raise UsageError(f"{path}: invalid JSON: {exc}") from exc
+            raise UsageError(f"{where}: invalid JSON: {exc}") from exc
     try:
         return yaml.load(data, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise UsageError(f"{path}: invalid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise UsageError(f"{where}: invalid YAML{at}: {getattr(exc, 'problem', exc)}") from exc
+
+
+def read(path: Path) -> Any:
+    """A case file's content; `-` reads standard input (JSON when it starts with `{`, else YAML)."""
+    if str(path) == STDIN:
+        data = sys.stdin.buffer.read()
+        return _parse(data, where=STDIN_NAME, as_json=data.lstrip()[:1] == b"{")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror or exc}") from exc
+    return _parse(data, where=str(path), as_json=path.suffix == ".json")
 
 
 def load(path: Path) -> case_mod.Case:
+    where = STDIN_NAME if str(path) == STDIN else str(path)
     try:
-        return case_mod.load(read(path), where=str(path))
+        return case_mod.load(read(path), where=where)
     except EngineError as exc:
         raise UsageError(str(exc)) from exc

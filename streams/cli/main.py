@@ -2,111 +2,147 @@
 
 Data goes to stdout, progress and logs to stderr; bad input exits 2 with one
 clear line and nothing on stdout.
+
+Start-up imports only what the command in hand uses: the table below names each
+subcommand and the module that defines it, and only that module is imported
+(`preemptctl decide` never loads faust, aiokafka or the Kubernetes client;
+`--help` and `--version` load no command at all). tests/test_startup.py holds
+it to that in a fresh interpreter.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-import orjson
-
-from streams.cli import cases, render
+from engine import ENGINE_VERSION
 from streams.common.errors import UsageError
 
 EXIT_USAGE = 2
+# What a shell reports for a process killed by SIGPIPE (128 + 13): `preemptctl ... | head -1`
+# ends the way any Unix filter ends when its reader goes away, without a traceback.
+EXIT_BROKEN_PIPE = 141
 
-DECIDE_EXAMPLES = """examples:
-  preemptctl decide case.yaml                      one JSON answer per case, in order
-  preemptctl decide cases/*.yaml --output text     a readable explanation per case
-  preemptctl decide big-cluster.json               large cases as JSON parse much faster
-"""
-
-
-def cmd_decide(args: argparse.Namespace) -> int:
-    from engine import case as case_mod
-
-    loaded = [cases.load(Path(p)) for p in args.cases]  # validate all before printing any
-    out = sys.stdout
-    for c in loaded:
-        decision = case_mod.answer(c)
-        if args.output == "json":
-            answer = {"name": c.name, **decision.answer()}
-            out.write(orjson.dumps(answer).decode() + "\n")
-        else:
-            out.write(render.decision_text(c.name, decision) + "\n\n")
-        for warning in c.cluster.warnings.values():
-            print(f"warning: {c.name}: {warning}", file=sys.stderr)
-    return 0
+VERSION = ENGINE_VERSION
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its one-line help (the top-level `--help`), and the module whose
+    `register(sub)` adds its full parser, imported only when the command is asked for."""
+
+    name: str
+    help: str
+    module: str
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("decide", "answer preemption questions given as case files", "streams.cli.decide"),
+    Command("run", "the whole pipeline on an embedded broker and a simulated cluster", "streams.sim.run"),
+    Command(
+        "source", "list+watch a Kubernetes cluster into preemption.cluster-events", "streams.kube.source"
+    ),
+    Command("worker", "fold cluster-events and emit decisions (faust app)", "streams.pipeline.app"),
+    Command(
+        "actuator", "act on preemption decisions (evict, delete or label victims)", "streams.kube.actuator"
+    ),
+    Command(
+        "replay",
+        "re-derive decisions from an event log (JSONL or kafka://) and compare",
+        "streams.audit.replay",
+    ),
+    Command(
+        "audit", "verify the decision log's hash chain and signatures; print its head", "streams.audit.verify"
+    ),
+    Command(
+        "export",
+        "write a topic as JSONL: cluster-events as a trace, decisions/evictions as records",
+        "streams.audit.export",
+    ),
+    Command(
+        "explain",
+        "why a pod was (or was not) a victim or preemptor, from the decision records",
+        "streams.audit.explain",
+    ),
+    Command("bench", "benchmarks (engine, pipeline)", "streams.cli.bench"),
+)
+BY_NAME = {c.name: c for c in COMMANDS}
+
+DESCRIPTION = "Event-sourced streaming preemption controller for Kubernetes."
+EPILOG = """examples:
+  preemptctl decide examples/cases/01-example1-c-preempts-a-and-b.yaml
+  preemptctl run --until-idle
+  preemptctl worker --help
+
+`preemptctl COMMAND --help` describes each command."""
+
+
+def requested(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line: the first argument, unless it is an option."""
+    first = argv[0] if argv else ""
+    return first if first in BY_NAME else None
+
+
+def build_parser(commands: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser with the full definition of `commands`; the others are listed by name and help only."""
     parser = argparse.ArgumentParser(
         prog="preemptctl",
-        description="Event-sourced streaming preemption controller for Kubernetes.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    decide = sub.add_parser(
-        "decide",
-        help="answer preemption questions given as case files",
-        description="Decide each case file (conformance/FORMAT.md) and print the answers.",
-        epilog=DECIDE_EXAMPLES,
+        description=DESCRIPTION,
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    decide.add_argument("cases", nargs="+", metavar="CASE", help="case file (.yaml, .yml or .json)")
-    decide.add_argument(
-        "--output", choices=("json", "text"), default="text", help="answer format (default text)"
-    )
-    decide.set_defaults(func=cmd_decide)
-    for register in _EXTRA_COMMANDS:
-        register(sub)
+    parser.add_argument("--version", action="version", version=f"preemptctl {VERSION}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        if command.name in commands:
+            importlib.import_module(command.module).register(sub)
+        else:
+            sub.add_parser(command.name, help=command.help)
     return parser
 
 
-# Other modules add their subcommands here (run, replay, bench, ...), keeping this file small.
-_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    _load_commands()
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    name = requested(arguments)
     try:
+        parser = build_parser([name] if name else [])
+        args = parser.parse_args(arguments)
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
         result: int = args.func(args)
+        sys.stdout.flush()  # a closed pipe is reported here, not at interpreter exit
         return result
     except UsageError as exc:
         print(f"preemptctl: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except Exception as exc:
-        from streams.kafka.topics import BrokerUnavailable
-
-        if not isinstance(exc, BrokerUnavailable):
-            raise
-        print(f"preemptctl: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         print("preemptctl: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        # Not imported up front (`decide` never loads the Kafka layer); an exception of that
+        # layer means it is loaded already.
+        topics = sys.modules.get("streams.kafka.topics")
+        if topics is None or not isinstance(exc, topics.BrokerUnavailable):
+            raise
+        print(f"preemptctl: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
-def _load_commands() -> None:
-    import importlib
-
-    for name in ("streams.cli.commands",):
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        register = getattr(module, "register", None)
-        if register is not None and register not in _EXTRA_COMMANDS:
-            _EXTRA_COMMANDS.append(register)
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

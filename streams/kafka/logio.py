@@ -12,7 +12,6 @@ import orjson
 from schemas import records
 from schemas.records import event_problem
 from streams.common.errors import UsageError
-from streams.kafka import reading
 
 
 def is_kafka(location: str) -> bool:
@@ -30,6 +29,8 @@ def read_events(location: str, *, on_bad: Callable[[str], None] | None = None) -
     """
     if not is_kafka(location):
         return read_trace(Path(location))
+    from streams.kafka import reading  # the Kafka client only for a topic: a file needs none
+
     bootstrap, topic = reading.parse_topic_url(location)
 
     def bad(where: str, why: str) -> None:
@@ -62,6 +63,8 @@ def read_events(location: str, *, on_bad: Callable[[str], None] | None = None) -
 
 def read_decisions(location: str) -> list[dict[str, Any]]:
     if is_kafka(location):
+        from streams.kafka import reading  # the Kafka client only for a topic: a file needs none
+
         bootstrap, topic = reading.parse_topic_url(location)
 
         async def collect() -> list[dict[str, Any]]:

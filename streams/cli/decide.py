@@ -1,0 +1,56 @@
+"""`preemptctl decide`: answer preemption questions given as case files (conformance/FORMAT.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+
+HELP = "answer preemption questions given as case files"
+EXAMPLES = """examples:
+  preemptctl decide case.yaml                      a readable explanation per case
+  preemptctl decide cases/*.yaml --output json     one JSON answer per line, in order
+  preemptctl decide big-cluster.json               large cases as JSON parse much faster
+  cat case.yaml | preemptctl decide -              a case on standard input
+"""
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    from engine import case as case_mod
+    from streams.cli import cases, render
+
+    if sum(1 for p in args.cases if p == cases.STDIN) > 1:
+        from streams.common.errors import UsageError
+
+        raise UsageError("standard input (-) can be given once")
+    loaded = [cases.load(Path(p)) for p in args.cases]  # validate all before printing any
+    out = sys.stdout
+    for c in loaded:
+        decision = case_mod.answer(c)
+        if args.output == "json":
+            answer = {"name": c.name, **decision.answer()}
+            out.write(orjson.dumps(answer).decode() + "\n")
+        else:
+            out.write(render.decision_text(c.name, decision) + "\n\n")
+        for warning in c.cluster.warnings.values():
+            print(f"warning: {c.name}: {warning}", file=sys.stderr)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    decide = sub.add_parser(
+        "decide",
+        help=HELP,
+        description="Decide each case file (docs/case-format.md) and print the answers.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    decide.add_argument(
+        "cases", nargs="+", metavar="CASE", help="case file (.yaml, .yml or .json), or - for standard input"
+    )
+    decide.add_argument(
+        "--output", choices=("json", "text"), default="text", help="answer format (default text)"
+    )
+    decide.set_defaults(func=cmd_decide)
