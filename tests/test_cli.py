@@ -79,3 +79,42 @@ def test_json_cases_take_the_fast_path(tmp_path: Path) -> None:
     proc = run("decide", str(path), "--output", "json")
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["node"] == "node1"
+
+
+def test_a_case_on_standard_input() -> None:
+    case = EXAMPLES / "01-example1-c-preempts-a-and-b.yaml"
+    for content in (case.read_text(), json.dumps(__import__("yaml").safe_load(case.read_text()))):
+        proc = subprocess.run(
+            [sys.executable, "-m", "streams.cli", "decide", "-", "--output", "json"],
+            input=content,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["victims"] == ["default/a", "default/b"]
+    proc = run("decide", "-", "-")
+    assert proc.returncode == 2 and "once" in proc.stderr
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    """`preemptctl decide ... | head -1`: no traceback when the reader goes away."""
+    case = str(EXAMPLES / "01-example1-c-preempts-a-and-b.yaml")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "decide", *[case] * 3000],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.readline().startswith(b"01-example1")
+    process.stdout.close()  # what head does after its first line
+    stderr = process.stderr.read().decode()
+    assert process.wait() == 141
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+
+
+def test_version() -> None:
+    from engine import ENGINE_VERSION
+
+    proc = run("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"preemptctl {ENGINE_VERSION}"
