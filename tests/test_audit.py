@@ -351,3 +351,18 @@ def test_replay_with_another_config_reports_the_differing_decisions(
     if "minimal" in config:
         (line,) = lines  # minimal evicts the one big pod, a, instead of c and d
         assert line.startswith("default/9/p-uid: victims [c") and " -> [a" in line
+
+
+def test_an_empty_log_is_not_intact(
+    example: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing verified is not 'intact': a log deleted whole looks exactly like an empty one."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    problem = _verify_fails(capsys, empty)
+    assert problem["kind"] == verify.EMPTY
+    code, out, _ = _run(capsys, "audit", "verify", str(empty))
+    assert code == 1 and out.startswith("FAILED") and "nothing was verified" in out
+    # Records, but none of the cluster asked about: the same.
+    problem = _verify_fails(capsys, _write(tmp_path / "d.jsonl", example), "--cluster", "elsewhere")
+    assert problem["kind"] == verify.EMPTY and "cluster elsewhere" in problem["detail"]

@@ -135,8 +135,32 @@ def test_pod_never_mentioned(
     assert all("potentialVictims" in note for note in report.notes)
     path = tmp_path / "d.jsonl"
     path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in reprieve))
-    assert main.main(["explain", "default/x", "--decisions", str(path)]) == 0
+    assert main.main(["explain", "default/x", "--decisions", str(path)]) == explain.EXIT_NOT_MENTIONED
     assert "is not mentioned" in capsys.readouterr().out
+
+
+def test_since_keeps_the_decisions_made_from_then_on(
+    example: list[dict[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in example))
+    victim = example[0]["victims"][0]
+    pod = f"{victim['namespace']}/{victim['name']}"
+    first, last = example[0]["ts"], example[-1]["ts"]
+    assert main.main(["explain", pod, "--decisions", str(path), "--since", first]) == 0
+    assert example[0]["id"] in capsys.readouterr().out
+    later = example[1]["ts"]
+    assert later > first
+    code = main.main(["explain", pod, "--decisions", str(path), "--since", later, "--output", "json"])
+    answer = orjson.loads(capsys.readouterr().out)
+    assert code == explain.EXIT_NOT_MENTIONED
+    assert answer["decisionsScanned"] == len([d for d in example if d["ts"] >= later]) > 0
+    # A duration counts back from now: the example's decisions are years old.
+    assert main.main(["explain", pod, "--decisions", str(path), "--since", "2h"]) == 1
+    assert "0 decision record(s)" in capsys.readouterr().out
+    assert main.main(["explain", pod, "--decisions", str(path), "--since", "yesterday"]) == 2
+    assert "--since" in capsys.readouterr().err
+    assert last >= later
 
 
 def _with_potential_victims(reprieve: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -22,13 +22,17 @@ and the answer says when that matters.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from engine import timeutil
+from engine.errors import EngineError
 from streams.audit import verify
 from streams.common.errors import UsageError
 
@@ -43,7 +47,10 @@ EXAMPLES = """examples:
   preemptctl explain default/ex4-f --decisions decisions.jsonl           a preemptor that stayed pending
   preemptctl explain team-a/job1-0 --decisions kafka://127.0.0.1:9092/preemption.decisions --output json
 
-A pod no record mentions is reported as such (exit 0). Exit 2: bad NAMESPACE/POD or unreadable DECISIONS.
+  preemptctl explain default/web-1 --decisions kafka://kafka:9092/preemption.decisions --since 2h
+
+Exit 0: the records mention the pod; 1: none does (the answer says so); 2: bad NAMESPACE/POD,
+--since or unreadable DECISIONS.
 """
 
 
@@ -684,8 +691,26 @@ def parse_pod(text: str) -> str:
     return text
 
 
-def read(location: str, pod: str, *, cluster: str | None) -> Report:
-    """Stream the log, one record at a time (a long log is never held whole)."""
+# `explain` found no record mentioning the pod.
+EXIT_NOT_MENTIONED = 1
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str, *, now_us: int) -> int:
+    """`--since`: an RFC 3339 time, or a duration before `now_us` (30m, 2h, 7d); epoch microseconds."""
+    match = _DURATION.match(text)
+    if match:
+        return now_us - int(match.group(1)) * _UNIT_S[match.group(2)] * 1_000_000
+    try:
+        return timeutil.parse(text, field="--since")
+    except EngineError as exc:
+        raise UsageError(f"--since: expected a duration (30m, 2h, 7d) or an RFC 3339 time, got {text!r}") from exc
+
+
+def read(location: str, pod: str, *, cluster: str | None, since_us: int | None = None) -> Report:
+    """Stream the log, one record at a time (a long log is never held whole); with `since_us`, only
+    decisions made at or after it (a topic is read from there on, through the broker's time index)."""
     report = Report(pod)
     wanted = cluster.encode() if cluster is not None else None
 
@@ -698,22 +723,32 @@ def read(location: str, pod: str, *, cluster: str | None) -> Report:
             raise UsageError(f"{location}: {where}: not JSON: {exc}") from exc
         if not isinstance(d, dict) or not isinstance(d.get("id"), str):
             raise UsageError(f"{location}: {where}: not a decision record")
+        if since_us is not None and _decided_us(d) < since_us:
+            return
         if cluster is None or d.get("cluster") == cluster:
             report.add(d)
 
-    verify.scan(location, sink)
+    verify.scan(location, sink, since_ms=None if since_us is None else since_us // 1000)
     report.finish()
     return report
 
 
+def _decided_us(d: Mapping[str, Any]) -> int:
+    try:
+        return timeutil.parse(d.get("ts"), field="ts")
+    except EngineError:
+        return 0  # a record without a readable time: before any --since
+
+
 def cmd(args: argparse.Namespace) -> int:
     pod = parse_pod(args.pod)
-    report = read(args.decisions, pod, cluster=args.cluster)
+    since = None if args.since is None else parse_since(args.since, now_us=time.time_ns() // 1000)
+    report = read(args.decisions, pod, cluster=args.cluster, since_us=since)
     if args.output == "json":
         sys.stdout.write(orjson.dumps(report.to_json()).decode() + "\n")
     else:
         print(report.text())
-    return 0
+    return 0 if report.findings else EXIT_NOT_MENTIONED
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -734,5 +769,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="decision log: JSONL file or kafka://host:port/topic",
     )
     p.add_argument("--cluster", metavar="NAME", help="only this cluster's decisions")
+    p.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only decisions made since WHEN: a duration before now (30m, 2h, 7d) or an RFC 3339 time; "
+        "a topic is then read from there, not from its start",
+    )
     p.add_argument("--output", choices=("text", "json"), default="text", help="answer format (default text)")
     p.set_defaults(func=cmd)

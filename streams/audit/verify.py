@@ -52,6 +52,9 @@ DUPLICATE = "duplicate"
 MALFORMED = "malformed"
 SEQ = "sequence"
 TRUNCATED = "truncated"
+# No record at all (of the cluster asked about): nothing was verified, and a log deleted whole
+# looks exactly like this, so it is never reported intact.
+EMPTY = "empty"
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -66,8 +69,8 @@ VERIFY_EXAMPLES = """examples:
   preemptctl audit verify decisions.jsonl --anchor-file anchor.json     (from: audit head --output json)
   preemptctl audit verify kafka://127.0.0.1:9092/preemption.decisions --pruned   retention deleted the start
 
-exit status: 0 intact, 1 a bad record (the first one is named) or the anchor is not reached,
-2 unreadable input (missing file, bad URL, not a decision log).
+exit status: 0 intact, 1 a bad record (the first one is named), the anchor is not reached or
+there is no record to verify, 2 unreadable input (missing file, bad URL, not a decision log).
 """
 
 HEAD_EXAMPLES = """examples:
@@ -98,8 +101,11 @@ def quiet_client_logs() -> None:
             logger.addHandler(logging.NullHandler())
 
 
-def scan(location: str, sink: Sink) -> None:
+def scan(location: str, sink: Sink, *, since_ms: int | None = None) -> None:
     """Feed every record of a decision log to `sink`, in log order, without holding them all.
+
+    `since_ms` (epoch milliseconds) skips a topic's records the broker stamped earlier,
+    through its time index; a file is read whole (its records carry no broker time).
 
     A JSONL file is read line by line (blank lines skipped); a topic through a
     plain consumer from its beginning. Unreadable input raises UsageError.
@@ -115,7 +121,7 @@ def scan(location: str, sink: Sink) -> None:
 
         async def read() -> None:
             # read_committed: records of aborted transactions (real Kafka) never happened.
-            async for m in reading.read_all(bootstrap, topic, read_committed=True):
+            async for m in reading.read_all(bootstrap, topic, read_committed=True, since_ms=since_ms):
                 sink(f"partition {m.partition} offset {m.offset}", m.key, m.value)
 
         try:
@@ -483,6 +489,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     v = _verify(args)
     problem = v.problem
     notes: list[str] = []
+    if problem is None and not v.records:
+        scope = f" of cluster {args.cluster}" if args.cluster else ""
+        problem = Problem(args.decisions, EMPTY, f"no decision record{scope}: nothing was verified")
     if problem is None:
         for anchor in anchors:
             problem = v.check_anchor(anchor)

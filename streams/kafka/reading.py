@@ -52,8 +52,15 @@ def parse_topic_url(url: str) -> tuple[str, str]:
 
 
 async def read_all(
-    bootstrap: str, topic: str, *, read_committed: bool = False, partitions: list[int] | None = None
+    bootstrap: str,
+    topic: str,
+    *,
+    read_committed: bool = False,
+    partitions: list[int] | None = None,
+    since_ms: int | None = None,
 ) -> AsyncIterator[Message]:
+    """Every record of the topic (of `partitions`), or those from the first one at or after the
+    broker timestamp `since_ms` (epoch milliseconds), until the end offsets taken at start."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
@@ -75,6 +82,12 @@ async def read_all(
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
+        if since_ms is not None:
+            # The broker's time index: no record before `since_ms` is fetched at all.
+            starts = await consumer.offsets_for_times({tp: since_ms for tp in tps})
+            for tp in tps:
+                found = starts.get(tp)
+                consumer.seek(tp, found.offset if found is not None else ends[tp])
         while True:
             batch = await consumer.getmany(timeout_ms=IDLE_POLL_MS)
             if not batch:
