@@ -28,6 +28,11 @@ FILES = ROOT / "deploy" / "helm" / "preemptctl" / "files"
 DASHBOARD = FILES / "grafana-dashboard.json"
 RULES = FILES / "prometheus-rules.yaml"
 RULE_TESTS = ROOT / "tests" / "prometheus" / "rules-test.yaml"
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
+RUNBOOK_BASE = "https://github.com/preemptctl/preemptctl/blob/main/docs/runbooks.md"
+# Metrics about decisions, which carry the decision's cluster (the dashboard's $cluster).
+CLUSTER_METRICS = ("preemptctl_decisions_total", "preemptctl_decision_duration_seconds",
+                   "preemptctl_preemption_victims", "preemptctl_actuator_outcomes_total")  # fmt: skip
 # The modules that define every preemptctl metric (importing them registers the metrics).
 METRIC_MODULES = (
     "streams.common.health",
@@ -41,6 +46,7 @@ METRIC_MODULES = (
     "streams.kube.source",
 )
 ROWS = [
+    "Source: the cluster's log",
     "Worker: lag behind preemption.cluster-events",
     "Worker: decisions and victims",
     "Actuator: outcomes",
@@ -81,7 +87,7 @@ def rule_queries() -> list[tuple[str, str]]:
 def test_promtool_checks_the_rules() -> None:
     run = promtool("check", "rules", str(RULES))
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "SUCCESS: 4 rules found" in run.stdout
+    assert f"SUCCESS: {len(rule_queries())} rules found" in run.stdout
 
 
 def test_the_alerts_fire_when_they_should_and_only_then() -> None:
@@ -89,12 +95,55 @@ def test_the_alerts_fire_when_they_should_and_only_then() -> None:
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+def test_every_alert_has_a_unit_test_that_fires_it_and_one_where_it_stays_quiet() -> None:
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    checks = [c for t in tests for c in t.get("alert_rule_test", [])]
+    for alert, _ in rule_queries():
+        mine = [c for c in checks if c["alertname"] == alert]
+        assert any(c["exp_alerts"] for c in mine), f"{alert}: no test where it fires"
+        assert any(not c["exp_alerts"] for c in mine) or alert in SILENT_ONLY_BY_OTHERS, (
+            f"{alert}: no test where it stays quiet"
+        )
+
+
+# Alerts whose quiet case is the other alerts' tests (they fire on absence, so every test
+# that has the component running shows them quiet): checked by the Prometheus scenario.
+SILENT_ONLY_BY_OTHERS = {"PreemptctlComponentNotReady"}
+
+
+def test_every_alert_links_its_runbook_and_severity() -> None:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    headings = {
+        line.removeprefix("## ").strip().lower()
+        for line in RUNBOOKS.read_text().splitlines()
+        if line.startswith("## ")
+    }
+    for rule in (r for g in groups for r in g["rules"]):
+        annotations = rule["annotations"]
+        assert annotations["runbook_url"] == f"{RUNBOOK_BASE}#{rule['alert'].lower()}", rule["alert"]
+        assert rule["alert"].lower() in headings, f"docs/runbooks.md has no section {rule['alert']}"
+        assert rule["labels"]["severity"] in ("warning", "critical")
+        assert annotations["summary"] and annotations["description"]
+
+
+def test_every_component_has_an_alert() -> None:
+    text = RULES.read_text()
+    for metric in ("preemptctl_source_", "preemptctl_worker_", "preemptctl_actuator_"):
+        assert metric in text, metric
+    for component in ("source", "actuator"):
+        assert f'preemptctl_leader{{component="{component}"}}' in text
+
+
 def test_the_dashboard_has_one_row_per_component_and_every_panel_a_query() -> None:
     board = dashboard()
     assert [p["title"] for p in board["panels"] if p["type"] == "row"] == ROWS
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids))
-    assert [v["name"] for v in board["templating"]["list"]] == ["datasource"]
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert list(variables) == ["datasource", "cluster", "namespace"]
+    for name in ("cluster", "namespace"):
+        assert variables[name]["includeAll"] and variables[name]["allValue"] == ".*"
+        assert variables[name]["query"]["query"].startswith("label_values(preemptctl_")
     tops = [p["gridPos"]["y"] for p in board["panels"]]
     assert tops == sorted(tops)  # rows and their panels top to bottom, in order
     for panel in board["panels"]:
@@ -103,6 +152,14 @@ def test_the_dashboard_has_one_row_per_component_and_every_panel_a_query() -> No
         assert panel["targets"] and panel["description"], panel["title"]
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         assert all(t["datasource"] == panel["datasource"] and t["expr"] for t in panel["targets"])
+        for target in panel["targets"]:
+            # Every selector of every query narrows to the chosen namespaces, and decision metrics to
+            # the chosen clusters.
+            for selector in re.findall(r"preemptctl_[a-z_]+(\{[^}]*\})?", target["expr"]):
+                assert 'namespace=~"$namespace"' in selector, (panel["title"], target["expr"])
+            for metric in CLUSTER_METRICS:
+                for selector in re.findall(metric + r"[a-z_]*(\{[^}]*\})?", target["expr"]):
+                    assert 'cluster=~"$cluster"' in selector, (panel["title"], target["expr"])
 
 
 def registered_names() -> set[str]:

@@ -705,7 +705,9 @@ def parse_since(text: str, *, now_us: int) -> int:
     try:
         return timeutil.parse(text, field="--since")
     except EngineError as exc:
-        raise UsageError(f"--since: expected a duration (30m, 2h, 7d) or an RFC 3339 time, got {text!r}") from exc
+        raise UsageError(
+            f"--since: expected a duration (30m, 2h, 7d) or an RFC 3339 time, got {text!r}"
+        ) from exc
 
 
 def read(location: str, pod: str, *, cluster: str | None, since_us: int | None = None) -> Report:

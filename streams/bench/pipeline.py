@@ -126,7 +126,7 @@ def _worker(
         url,
         "--store-dir",
         str(store),
-        "--group",
+        "--group-id",
         group,
         "--health-port",
         str(port),

@@ -12,6 +12,7 @@ import yaml
 
 from engine import config as config_mod
 from engine.errors import InvalidConfig
+from streams.common import logs
 from streams.common.errors import UsageError
 
 
@@ -36,4 +37,5 @@ def load_key(path: str | None) -> bytes | None:
         raise UsageError(f"cannot read --hmac-key-file {path}: {exc.strerror or exc}") from exc
     if not key:
         raise UsageError(f"--hmac-key-file {path} is empty")
+    logs.secret(key)  # whatever logs it by mistake (a record's repr, a library's debug line) masks it
     return key

@@ -2,7 +2,7 @@
 
 A worker that is hung, paused or gone cannot report its own lag: its scrape
 fails and its series go stale exactly when the lag matters. So another process
-(the actuator, `--lag-group`) asks the broker every `--lag-interval-seconds`
+(the actuator, `--lag-group-id`) asks the broker every `--lag-interval-seconds`
 for the topic's end offsets and the group's committed offsets, and exports
 
     preemptctl_consumer_group_lag_records{group, topic, partition}
@@ -32,7 +32,7 @@ LAG = Gauge(
     "measured from the broker (not by the consumer).",
     ["group", "topic", "partition"],
 )
-# The worker's group (its faust app id, `preemptctl worker --group`).
+# The worker's group (its faust app id, `preemptctl worker --group-id`).
 DEFAULT_GROUP = "preemptctl-worker"
 # Two small requests per check (ListOffsets, OffsetFetch); Prometheus scrapes every
 # 15-30 s, so checking more often would only show the same number twice.
@@ -99,11 +99,13 @@ async def watch(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--lag-group",
+        "--lag-group-id",
+        "--lag-group",  # the spelling before 0.2.0, kept so deployments that pass it go on working
+        dest="lag_group",
         default=DEFAULT_GROUP,
         metavar="GROUP",
         help="export this consumer group's lag on preemption.cluster-events, measured from the broker "
-        f"(default {DEFAULT_GROUP}, the worker's; '' turns it off)",
+        f"(default {DEFAULT_GROUP}: the worker's --group-id; '' turns it off)",
     )
     parser.add_argument(
         "--lag-interval-seconds",

@@ -51,7 +51,7 @@ from schemas.records import (
     EvictionRecord,
     VictimRecord,
 )
-from streams.common import health, options
+from streams.common import health, logs, options
 from streams.common.errors import UsageError
 from streams.kafka import deadletter, lag
 from streams.kafka.deadletter import Origin
@@ -100,7 +100,9 @@ DECISIONS_SEEN = Counter(
     "preemptctl_actuator_decisions_total", "Decision records handled, by outcome.", ["outcome"]
 )
 OUTCOMES = Counter(
-    "preemptctl_actuator_outcomes_total", "Outcomes written, by action and result.", ["action", "result"]
+    "preemptctl_actuator_outcomes_total",
+    "Outcomes written, by cluster, action and result.",
+    ["cluster", "action", "result"],
 )
 DUPLICATES = Counter(
     "preemptctl_actuator_duplicates_total", "Victims skipped because their outcome was already written."
@@ -310,7 +312,7 @@ class Actuator:
         )
         self._ledger.mark_recorded(ledger_key)
         self._results[ledger_key] = outcome.result
-        OUTCOMES.labels(victim["action"], outcome.result).inc()
+        OUTCOMES.labels(decision["cluster"], victim["action"], outcome.result).inc()
         log.info(
             "%s %s/%s (%s): %s%s",
             victim["action"],
@@ -319,6 +321,7 @@ class Actuator:
             decision["id"],
             outcome.result,
             f" ({outcome.message})" if outcome.message else "",
+            extra=logs.decision_fields(decision, pod=f"{victim['namespace']}/{victim['name']}"),
         )
         written.append(record)
 
@@ -361,7 +364,13 @@ class Actuator:
             nomination = await self._actions.nominate(member, node, uid=uid, scope=self.scope)
             NOMINATIONS.labels(nomination.result).inc()
             if nomination.result != "done":
-                log.warning("nominating %s to %s: %s", member, node, nomination.message)
+                log.warning(
+                    "nominating %s to %s: %s",
+                    member,
+                    node,
+                    nomination.message,
+                    extra=logs.decision_fields(decision, pod=member),
+                )
                 result = nomination.result
             if not nomination.proceed:
                 # Not recorded: a redelivery checks again, so no victim of this decision is ever touched.
@@ -604,7 +613,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_actuator(args: argparse.Namespace) -> int:
-    component.configure_logging(args.log_level)
+    component.configure_logging(args, component="actuator")
     bootstrap = component.bootstrap_of(args.broker)
     hmac_key = options.load_key(args.hmac_key_file)
     component.check_lease_arguments(args)

@@ -2,7 +2,7 @@
 
 The source, the worker and the actuator are separate processes (`preemptctl
 source|worker|actuator`) with the same operational surface: `--broker`,
-`--kubeconfig/--context`, `--log-level`, `--no-create-topics`, the health
+`--kubeconfig/--context`, `--log-level`, `--log-format`, `--no-create-topics`, the health
 flags (streams.common.health), SIGTERM/SIGINT for a clean stop, and waiting for a
 broker that starts after them instead of crash-looping.
 """
@@ -15,13 +15,12 @@ import logging
 import os
 import signal
 import socket
-import sys
 from collections.abc import Callable
 
 from aiokafka.errors import KafkaError
 from kubernetes_asyncio import client
 
-from streams.common import health
+from streams.common import health, logs
 from streams.common.errors import UsageError
 from streams.kafka import topics
 from streams.kube import api, lease
@@ -102,6 +101,7 @@ def elector(
         name=args.lease_name,
         namespace=args.lease_namespace,
         identity=identity(args),
+        component=state.component,
         lease_duration_s=args.lease_duration,
         renew_deadline_s=args.renew_deadline,
         retry_period_s=args.retry_period,
@@ -117,9 +117,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         help="do not create missing topics at start (when the broker forbids it)",
     )
     health.add_arguments(parser)
-    parser.add_argument(
-        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="(default INFO)"
-    )
+    logs.add_arguments(parser)
 
 
 def bootstrap_of(url: str) -> str:
@@ -129,12 +127,9 @@ def bootstrap_of(url: str) -> str:
         raise UsageError(str(exc)) from exc
 
 
-def configure_logging(level: str) -> None:
-    """Logs to stderr (stdout is for data, DESIGN §10), unless the caller configured logging already."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+def configure_logging(args: argparse.Namespace, *, component: str) -> None:
+    """Logs to stderr (stdout is for data, DESIGN §10) as `--log-format` and `--log-level` say."""
+    logs.configure(component=component, level=args.log_level, fmt=args.log_format)
 
 
 async def connect(args: argparse.Namespace) -> client.ApiClient:

@@ -64,8 +64,11 @@ RETRY_PERIOD_S = 2.0
 # round is bounded by two api.WRITE_TIMEOUT_S calls plus one retry period): /livez says so.
 STALL_AFTER_LEASES = 4
 
-LEADER = Gauge("preemptctl_leader", "1 while this process holds the Lease.", ["lease"])
-TRANSITIONS = Counter("preemptctl_leader_transitions_total", "Times this process became leader.", ["lease"])
+# `component` (source, actuator) tells the two Leases apart in alerts without knowing their names.
+LEADER = Gauge("preemptctl_leader", "1 while this process holds the Lease.", ["component", "lease"])
+TRANSITIONS = Counter(
+    "preemptctl_leader_transitions_total", "Times this process became leader.", ["component", "lease"]
+)
 LEASE_ERRORS = Counter("preemptctl_lease_errors_total", "Failed Lease reads and writes.", ["reason"])
 
 
@@ -108,6 +111,7 @@ class LeaseElector:
         name: str,
         namespace: str,
         identity: str,
+        component: str = "",
         lease_duration_s: float = LEASE_DURATION_S,
         renew_deadline_s: float = RENEW_DEADLINE_S,
         retry_period_s: float = RETRY_PERIOD_S,
@@ -123,6 +127,7 @@ class LeaseElector:
         self.name = name
         self.namespace = namespace
         self.identity = identity
+        self.component = component
         self._duration_s = lease_duration_s
         self._deadline_s = renew_deadline_s
         self._retry_s = retry_period_s
@@ -137,7 +142,7 @@ class LeaseElector:
         # The holder the last round saw (this process's identity once it holds the Lease), or
         # None before any round: lets a standby tell "another process leads" from "no answer yet".
         self.holder: str | None = None
-        LEADER.labels(name).set(0)
+        LEADER.labels(component, name).set(0)
 
     @property
     def retry_period_s(self) -> float:
@@ -184,7 +189,7 @@ class LeaseElector:
         if self._renewed_at is not None:
             log.warning("lost Lease %s/%s", self.namespace, self.name)
         self._renewed_at = None
-        LEADER.labels(self.name).set(0)
+        LEADER.labels(self.component, self.name).set(0)
 
     async def run(self) -> None:
         """Acquire, then keep renewing, until cancelled; a leader releases the Lease on the way out."""
@@ -304,15 +309,15 @@ class LeaseElector:
 
     def _lost_quietly(self) -> None:
         self._renewed_at = None
-        LEADER.labels(self.name).set(0)
+        LEADER.labels(self.component, self.name).set(0)
 
     def _won(self, started: float) -> bool:
         if not self.is_leader():
             log.info("acquired Lease %s/%s as %s", self.namespace, self.name, self.identity)
-            TRANSITIONS.labels(self.name).inc()
+            TRANSITIONS.labels(self.component, self.name).inc()
         self._renewed_at = started
         self.holder = self.identity
-        LEADER.labels(self.name).set(1)
+        LEADER.labels(self.component, self.name).set(1)
         self._became_leader.set()
         return True
 

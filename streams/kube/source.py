@@ -987,7 +987,7 @@ def _positive_float(text: str) -> float:
 
 
 def cmd_source(args: argparse.Namespace) -> int:
-    component.configure_logging(args.log_level)
+    component.configure_logging(args, component="source")
     bootstrap = component.bootstrap_of(args.broker)
     component.check_lease_arguments(args)
     namespaces = tuple(

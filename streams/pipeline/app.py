@@ -36,8 +36,9 @@ import faust
 from engine import config as config_mod
 from schemas import records
 from streams.common import health as health_mod
-from streams.common import options
+from streams.common import logs, options
 from streams.common.errors import UsageError
+from streams.kafka import lag
 from streams.kafka import topics as kafka_topics
 from streams.kafka.reading import PartitionReader
 from streams.pipeline import metrics, tables, transport
@@ -60,6 +61,8 @@ HEARTBEAT_S = 1.0
 # faust commits the offsets it has handed out this often; they are only where it
 # starts reading after a restart, the state's position is the real resume point.
 COMMIT_INTERVAL_S = 1.0
+# faust's data directory, inside --store-dir (the partitions' stores are cluster-events-N beside it).
+FAUST_DATADIR = "faust"
 # The process exits with this code when it must stop publishing (fenced by another
 # worker) or cannot open a partition: its supervisor restarts it.
 EXIT_FATAL = 3
@@ -89,6 +92,9 @@ def build_app(
         app_id,
         broker=f"{transport.SCHEME}://{bootstrap}",
         store="memory://",
+        # faust's own directory (its default is APPID-data in the working directory, which
+        # `preemptctl run` and a worker started anywhere would leave behind): beside the store.
+        datadir=str(store_dir / FAUST_DATADIR),
         # faust only consumes; publishing and its guarantee are the worker's (above).
         processing_guarantee="at_least_once",
         broker_session_timeout=session_timeout,
@@ -212,7 +218,13 @@ def cmd(args: argparse.Namespace) -> int:
         if args.snapshot_every
         else None,
     )
-    worker = faust.Worker(app, loglevel=args.log_level, quiet=True)
+    logs.configure(component="worker", level=args.log_level, fmt=args.log_format)
+    # Logging is ours (streams.common.logs): faust's would replace it with coloured handlers on
+    # stdout, and its spinner writes terminal escape codes between the lines.
+    worker = faust.Worker(
+        app, loglevel=args.log_level, quiet=True, override_logging=False, redirect_stdouts=False
+    )
+    worker.spinner = None
     worker.execute_from_commandline()
     return 0
 
@@ -227,7 +239,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--broker", required=True, help="kafka://host:port")
     p.add_argument(
-        "--store-dir", default="./preemptctl-state", help="local rocksdict state (default ./preemptctl-state)"
+        "--store-dir",
+        default="./preemptctl-state",
+        help="local rocksdict state, and faust's own directory (default ./preemptctl-state)",
     )
     p.add_argument("--config", help="engine config YAML (conformance/FORMAT.md config keys)")
     p.add_argument("--hmac-key-file", help="sign decision records with this key")
@@ -237,7 +251,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="at_least_once",
         help="exactly_once: transactional publishing and fencing (Kafka with transactions only)",
     )
-    p.add_argument("--group", default="preemptctl-worker", help="consumer group / faust app id")
+    p.add_argument(
+        "--group-id",
+        "--group",  # the spelling before 0.2.0, kept so deployments that pass it go on working
+        dest="group",
+        default=lag.DEFAULT_GROUP,
+        metavar="G",
+        help=f"consumer group, also the faust app id (default {lag.DEFAULT_GROUP})",
+    )
     p.add_argument(
         "--session-timeout",
         type=float,
@@ -245,7 +266,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="SECONDS",
         help=f"consumer group session timeout (default {SESSION_TIMEOUT_S:g})",
     )
-    p.add_argument("--log-level", default="warning")
+    logs.add_arguments(p)
     # Fault injection for tests/chaos (streams.pipeline.faults): KIND=N, repeatable.
     p.add_argument("--inject-fault", action="append", metavar="KIND=N", help=argparse.SUPPRESS)
     # Snapshot every N events instead of the size-scaled policy (tests, benchmarks).

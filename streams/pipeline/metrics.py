@@ -34,23 +34,25 @@ LAG_SECONDS = Gauge(
     "Seconds between the time of the last event folded (its ts) and its fold.",
     ["partition"],
 )
+# Decision metrics carry the decision's cluster: one worker folds the partitions of several
+# clusters, and a dashboard or an alert about one cluster must not mix in the others.
 DECISIONS = Counter(
     "preemptctl_decisions_total",
-    "Decisions sent to preemption.decisions, by flow and outcome.",
-    ["flow", "outcome"],
+    "Decisions sent to preemption.decisions, by cluster, flow and outcome.",
+    ["cluster", "flow", "outcome"],
 )
 DECISION_SECONDS = Histogram(
     "preemptctl_decision_duration_seconds",
     "Seconds from taking up the cluster-events record that called for a decision to the commit "
     "that published it (acknowledged by the broker; under exactly_once, visible to consumers).",
-    ["flow"],
+    ["cluster", "flow"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
 # kube-scheduler's buckets for scheduler_preemption_victims: more than 64 victims is rare.
 VICTIMS = Histogram(
     "preemptctl_preemption_victims",
-    "Victims a preempt decision selects (pods already terminating not counted), by flow.",
-    ["flow"],
+    "Victims a preempt decision selects (pods already terminating not counted), by cluster and flow.",
+    ["cluster", "flow"],
     buckets=(1, 2, 4, 8, 16, 32, 64),
 )
 
@@ -103,11 +105,11 @@ def positioned(partition: int, highwater: Callable[[], int | None], position: in
 
 def emitted(decision: DecisionRecord, seconds: float) -> None:
     """Once `decision` is published, `seconds` after its record was taken up."""
-    flow = decision["flow"]
-    DECISIONS.labels(flow, decision["outcome"]).inc()
-    DECISION_SECONDS.labels(flow).observe(seconds)
+    cluster, flow = decision["cluster"], decision["flow"]
+    DECISIONS.labels(cluster, flow, decision["outcome"]).inc()
+    DECISION_SECONDS.labels(cluster, flow).observe(seconds)
     if decision["outcome"] == "preempt":
-        VICTIMS.labels(flow).observe(sum(1 for v in decision["victims"] if not v.get("terminating")))
+        VICTIMS.labels(cluster, flow).observe(sum(1 for v in decision["victims"] if not v.get("terminating")))
 
 
 def forget(partition: int) -> None:

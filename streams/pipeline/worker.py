@@ -53,6 +53,7 @@ from engine import flows
 from engine.config import Config
 from schemas import records
 from schemas.records import DecisionRecord
+from streams.common import logs
 from streams.kafka import deadletter, topics
 from streams.kafka.deadletter import Origin
 from streams.pipeline import metrics, snapshot
@@ -475,11 +476,14 @@ class PartitionWorker:
             await self._snapshot()
 
     def _count_published(self) -> None:
-        """Decisions (with their latency) and dead letters, counted once they are published."""
+        """Decisions (with their latency) and dead letters, counted and logged once they are published."""
         published, self._decided = self._decided, []
         now = time.perf_counter()
+        logging_decisions = log.isEnabledFor(logging.INFO)
         for started, d in published:
             metrics.emitted(d, now - started)
+            if logging_decisions:
+                log_decision(d)
         for record in self._sent:
             if record.topic == records.DEAD_LETTER:
                 deadletter.sent("worker", record.headers)
@@ -585,3 +589,18 @@ async def _belongs(reader: Reader, partition: int, state: Mapping[str, Any], sta
         return True  # the record is gone (retention) or was never recorded: nothing to compare
     record = await reader.at(topics.CLUSTER_EVENTS, partition, position)
     return record is not None and fingerprint(record.key, record.value) == expected
+
+
+def log_decision(d: DecisionRecord) -> None:
+    """One line per published decision, with its id, cluster and preemptor as fields (streams.common.logs)."""
+    where = d.get("node") or ", ".join(sorted(set((d.get("placements") or {}).values())))
+    fresh = [f"{v['namespace']}/{v['name']}" for v in d["victims"] if not v.get("terminating")]
+    detail = f"{len(fresh)} victim(s) {', '.join(fresh)}" if fresh else d["reason"]
+    log.info(
+        "%s %s%s: %s",
+        d["outcome"],
+        d["preemptor"],
+        f" on {where}" if where else "",
+        detail,
+        extra=logs.decision_fields(d),
+    )

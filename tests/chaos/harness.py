@@ -157,7 +157,7 @@ class Worker:
             sys.executable, "-m", "streams.cli", "worker",
             "--broker", f"kafka://{self.bootstrap}",
             "--store-dir", str(self.store),
-            "--group", self.group,
+            "--group-id", self.group,
             "--processing-guarantee", self.guarantee,
             "--session-timeout", str(SESSION_TIMEOUT_S),
             "--health-host", "127.0.0.1",

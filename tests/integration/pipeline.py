@@ -67,7 +67,7 @@ def start_worker(
         f"kafka://{bootstrap}",
         "--store-dir",
         str(store),
-        "--group",
+        "--group-id",
         group,
         "--processing-guarantee",
         guarantee,
