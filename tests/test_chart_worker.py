@@ -1,7 +1,7 @@
 """The chart's worker: a StatefulSet whose pods keep their store on a PVC, exactly_once, its own timeouts.
 
-Rendered with tests/k8s/test_deploy.py's renderer (no Helm needed), and the
-rendered arguments are parsed by the real command line.
+Rendered by the real `helm template` (tests/k8s/test_deploy.py), and the rendered
+arguments are parsed by the real command line.
 """
 
 from __future__ import annotations

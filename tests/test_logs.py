@@ -109,7 +109,11 @@ def test_every_component_takes_the_same_log_flags() -> None:
 
     for name in ("source", "worker", "actuator"):
         parser = main.build_parser([name])
-        required = {"source": [], "worker": ["--broker", "kafka://x:1"], "actuator": ["--broker", "kafka://x:1"]}
+        required = {
+            "source": [],
+            "worker": ["--broker", "kafka://x:1"],
+            "actuator": ["--broker", "kafka://x:1"],
+        }
         args = parser.parse_args(
             [name, *required[name], *(["--broker", "kafka://x:1"] if name == "source" else [])]
             + ["--log-format", "json", "--log-level", "debug"]

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import pytest
 import yaml
 from prometheus_client import REGISTRY
 
@@ -187,18 +186,10 @@ def monitoring_values(**flags: bool) -> dict[str, Any]:
     return chart_values
 
 
-@pytest.fixture
-def files_get(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Helm's `.Files.Get` for tests/k8s/test_deploy.py's renderer: the chart's own files."""
-    monkeypatch.setitem(
-        test_deploy.FUNCTIONS, ".Files.Get", lambda path: (test_deploy.CHART / path).read_text()
-    )
-
-
-def test_the_chart_installs_dashboard_rules_and_scrape_config_behind_flags(files_get: None) -> None:
+def test_the_chart_installs_dashboard_rules_and_scrape_config_behind_flags() -> None:
     def monitoring(d: dict[str, Any]) -> bool:
         component = d["metadata"].get("labels", {}).get("app.kubernetes.io/component")
-        return d["kind"] == "ConfigMap" or component in ("metrics", "monitoring")
+        return component in ("metrics", "monitoring")
 
     assert not [d for d in test_deploy.manifests(test_deploy.DEFAULTS) if monitoring(d)]
     chart_values = monitoring_values(dashboard=True, prometheusRule=True, serviceMonitor=True)
@@ -206,13 +197,20 @@ def test_the_chart_installs_dashboard_rules_and_scrape_config_behind_flags(files
     jsonschema.Draft7Validator(schema).validate(chart_values)
     docs = test_deploy.manifests(chart_values)
 
-    (dash,) = test_deploy.by_kind(docs, "ConfigMap").values()
+    (dash,) = [c for c in test_deploy.by_kind(docs, "ConfigMap").values() if monitoring(c)]
     assert dash["metadata"]["labels"]["grafana_dashboard"] == "1"  # what Grafana's sidecar looks for
     assert json.loads(dash["data"]["preemptctl.json"]) == dashboard()
 
     (rule,) = test_deploy.by_kind(docs, "PrometheusRule").values()
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["spec"] == yaml.safe_load(RULES.read_text())  # the file promtool checks, unchanged
+    # ... but for the runbooks' address, where a team keeps its own copy.
+    wiki = "https://wiki.example/runbooks/preemptctl"
+    moved = monitoring_values(prometheusRule=True)
+    moved["monitoring"]["runbookBaseUrl"] = wiki
+    (rule,) = test_deploy.by_kind(test_deploy.manifests(moved), "PrometheusRule").values()
+    urls = [r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert urls and all(u.startswith(wiki + "#preemptctl") for u in urls)
 
     (monitor,) = test_deploy.by_kind(docs, "ServiceMonitor").values()
     selects = monitor["spec"]["selector"]["matchLabels"].items()

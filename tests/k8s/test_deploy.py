@@ -1,22 +1,24 @@
 """Everything under deploy/ and docker-compose.yml parses, and grants and runs exactly what the code needs.
 
-Helm is not needed here: `render` implements the small part of Go templates the chart
-uses (values, release fields, if/else/end, quote, printf, toYaml, nindent, default), and
-fails on anything else, so the chart cannot grow a construct this test cannot
-check. Rendered args are parsed by the real command line, so a renamed flag
-breaks this test rather than a deployment.
+The chart is rendered by the real `helm template` (helm 4 from `make kube-tools`; without it
+these tests skip under plain pytest and fail under `make test`, tests/tools.py). Rendered args
+are parsed by the real command line, so a renamed flag breaks this test rather than a deployment.
+The server-side checks (the objects are valid, the chart installs, as a dependency too) are in
+tests/k8s/test_real_api.py and tests/k8s/test_chart_install.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import importlib
 import importlib.util
 import json
 import re
 import shlex
-from collections.abc import Callable, Iterator
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any, cast
 
@@ -25,100 +27,30 @@ import pytest
 import yaml
 
 from streams.kube import actuator, source
+from tests import tools
+from tests.k8s import cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "preemptctl"
 RELEASE = {"Name": "pc", "Namespace": "preemption", "Service": "Helm"}
 TOKEN = re.compile(r"{{(-?)\s*(.*?)\s*(-?)}}", re.S)
 WILDCARD = "*"
+# `helm template` of this chart takes well under a second; a loaded machine gets far more.
+HELM_TIMEOUT_S = 120
 
 
-# ---- a tiny Go-template renderer --------------------------------------------------------
-
-
-def _truthy(value: Any) -> bool:
-    return value not in (None, False, 0, "", [], {})
-
-
-def _lookup(path: str, context: dict[str, Any]) -> Any:
-    value: Any = context
-    for part in path.strip(".").split("."):
-        if not isinstance(value, dict) or part not in value:
-            raise KeyError(f"template refers to missing .{path.strip('.')}")
-        value = value[part]
-    return value
-
-
-def _term(token: str, context: dict[str, Any]) -> Any:
-    if token.startswith("."):
-        return _lookup(token, context)
-    if token.isdigit():
-        return int(token)
-    return token  # a string literal, already unquoted by shlex
-
-
-def _indent(n: int, text: str) -> str:
-    return "\n".join(" " * n + line if line else line for line in str(text).split("\n"))
-
-
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "quote": lambda v: json.dumps(str(v)),
-    "toYaml": lambda v: yaml.safe_dump(v, default_flow_style=False, sort_keys=False).rstrip("\n"),
-    "nindent": lambda n, v: "\n" + _indent(n, v),
-    "indent": _indent,
-    "default": lambda d, v: v if _truthy(v) else d,
-    # Go's %s/%v print strings and integers as Python's str() does.
-    "printf": lambda fmt, *args: fmt.replace("%v", "%s") % tuple(str(a) for a in args),
-}
-
-
-def _evaluate(expression: str, context: dict[str, Any]) -> Any:
-    value: Any = None
-    for i, stage in enumerate(part.strip() for part in expression.split("|")):
-        name, *args = shlex.split(stage)
-        if name in FUNCTIONS:
-            values = [_term(a, context) for a in args] + ([value] if i else [])
-            value = FUNCTIONS[name](*values)
-        elif i == 0 and not args:
-            value = _term(name, context)
-        else:
-            raise ValueError(f"unsupported template expression {expression!r}")
-    return value
-
-
-def render(text: str, context: dict[str, Any]) -> str:
-    out: list[str] = []
-    active: list[bool] = []
-    position, trim_next = 0, False
-    for match in TOKEN.finditer(text):
-        literal = text[position : match.start()]
-        if trim_next:
-            literal = literal.lstrip()
-        if match.group(1):
-            literal = literal.rstrip()
-        if all(active):
-            out.append(literal)
-        position, trim_next = match.end(), bool(match.group(3))
-        action = match.group(2)
-        if action.startswith("/*"):
-            continue
-        if action.startswith("if "):
-            active.append(all(active) and _truthy(_evaluate(action[3:], context)))
-        elif action == "else":
-            active[-1] = not active[-1]
-        elif action == "end":
-            active.pop()
-        elif all(active):
-            value = _evaluate(action, context)
-            out.append("" if value is None else str(value))
-    assert not active, "unterminated if"
-    tail = text[position:]
-    out.append(tail.lstrip() if trim_next else tail)
-    return "".join(out)
+@functools.cache
+def helm() -> str:
+    try:
+        return str(cluster.tool("helm"))
+    except cluster.Unavailable as exc:
+        tools.unavailable(str(exc))
 
 
 def values(**overrides: Any) -> dict[str, Any]:
+    """values.yaml with `a__b=value` overrides (the actuator's required mode defaults to dry-run here)."""
     merged: dict[str, Any] = copy.deepcopy(yaml.safe_load((CHART / "values.yaml").read_text()))
+    merged["actuator"]["mode"] = "dry-run"
     for dotted, value in overrides.items():
         target = merged
         *parents, leaf = dotted.split("__")
@@ -128,30 +60,51 @@ def values(**overrides: Any) -> dict[str, Any]:
     return merged
 
 
-def manifests(chart_values: dict[str, Any]) -> list[dict[str, Any]]:
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    context = {
-        "Values": chart_values,
-        "Release": RELEASE,
-        "Chart": {"Name": chart["name"], "Version": chart["version"], "AppVersion": chart["appVersion"]},
-    }
-    docs = []
-    for template in sorted((CHART / "templates").glob("*.yaml")):
-        rendered = render(template.read_text(), context)
-        docs += [d for d in yaml.safe_load_all(rendered) if d is not None]
-    return docs
+def helm_template(
+    chart_values: dict[str, Any] | None, *args: str, chart: Path = CHART
+) -> subprocess.CompletedProcess[str]:
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
+        file.write(yaml.safe_dump(chart_values or {}))
+        file.flush()
+        return subprocess.run(
+            [helm(), "template", RELEASE["Name"], str(chart), "--namespace", RELEASE["Namespace"],
+             "-f", file.name, *args],
+            capture_output=True, text=True, timeout=HELM_TIMEOUT_S, check=False,
+        )  # fmt: skip
+
+
+def manifests(chart_values: dict[str, Any], *args: str) -> list[dict[str, Any]]:
+    rendered = helm_template(chart_values, *args)
+    assert rendered.returncode == 0, rendered.stderr
+    return [d for d in yaml.safe_load_all(rendered.stdout) if d is not None]
 
 
 DEFAULTS = values()
 EVERYTHING = values(
     hmacSecret="preemptctl-hmac",
     lease={"durationSeconds": 30, "renewDeadlineSeconds": 20, "retryPeriodSeconds": 2.5},
-    actuator__dryRun=True,
-    source__extraArgs=["--namespace=team-a", "--scheduler-name=batch"],
+    actuator__mode="act",
+    source__extraArgs=["--namespace=team-a"],
+    source__schedulerName="batch",
     podAnnotations={"team": "sched"},
     nodeSelector={"pool": "system"},
     tolerations=[{"key": "system", "operator": "Exists"}],
-)
+    affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}]}}},
+    topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                "whenUnsatisfiable": "ScheduleAnyway"}],
+    imagePullSecrets=[{"name": "registry-cred"}],
+    image={"repository": "registry.example/preemptctl", "digest": "sha256:" + "ab" * 32,
+           "pullPolicy": "Always"},
+    serviceAccount={"annotations": {"team": "sched"}},
+    worker__serviceAccount={"annotations": {"iam.gke.io/gcp-service-account": "pc@p.iam.gserviceaccount.com"}},
+    fullnameOverride="sched",
+    priorityClassName="preemptctl-critical",
+    commonLabels={"cost-center": "platform"},
+    config={"victimSelection": "minimal", "victimAction": "evict", "daemonset": {"maxVictims": 3}},
+    logging={"level": "DEBUG", "format": "text"},
+    podDisruptionBudget={"enabled": False, "maxUnavailable": 1},
+)  # fmt: skip
 
 
 def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
@@ -197,12 +150,22 @@ def test_chart_metadata_and_values_schema() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     jsonschema.Draft7Validator.check_schema(schema)
     validator = jsonschema.Draft7Validator(schema)  # the draft Helm validates values with
-    for good in (DEFAULTS, EVERYTHING):
+    for good in (DEFAULTS, EVERYTHING, values(**{"global": {"imageRegistry": "x"}})):
         validator.validate(good)
     for bad in (
         values(broker="localhost:9092"),
         values(source__replicas=3),
         values(actuator__extraArgs=["x"]),
+        values(actuator__mode="yes"),
+        values(actuator__dryRun=True),  # the old switch: the explicit mode replaced it
+        values(nope=1),  # strict everywhere but `global`
+        values(config={"victimSelection": "best"}),
+        values(config={"unknown": 1}),
+        values(config={"daemonset": {"maxVictims": 0}}),
+        values(image__digest="sha256:short"),
+        values(imagePullSecrets=["registry-cred"]),
+        values(fullnameOverride="Not_A_Name"),
+        values(logging={"format": "xml"}),
         # What the server refused, or what broke the YAML, before the schema said no:
         values(source__resources={"requests": {"cpu": "lots"}}),
         values(cluster='prod"eu'),
@@ -225,28 +188,150 @@ def test_chart_metadata_and_values_schema() -> None:
         validator.validate(good)
 
 
+def test_the_engine_config_values_are_the_engines_config_keys() -> None:
+    """What the schema lets through, the worker's --config accepts, and the other way round."""
+    from engine import config as config_mod
+
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]
+    validator = jsonschema.Draft7Validator(schema)
+    examples: list[Any] = [
+        {},
+        {"victimSelection": "minimal", "victimAction": "evict"},
+        {"quota": {"disableDefaultPreemptible": True, "podShouldBeDeletedWhenPreempted": True}},
+        {"daemonset": {"victimSelectionStrategy": ["single", "multiple"], "maxVictims": 2}},
+        {"daemonset": {"victimSelectionStrategy": "single", "preemptionStartDelaySeconds": 30}},
+        {"victimAction": "label"},
+        {"quota": {"unknown": True}},
+        {"daemonset": {"victimSelectionStrategy": []}},
+        {"daemonset": {"singleVictimDeviationPercent": -1}},
+        {"victimSelection": None},
+    ]
+    for example in examples:
+        schema_ok = validator.is_valid(example)
+        try:
+            config_mod.parse(example)
+            engine_ok = True
+        except config_mod.InvalidConfig:
+            engine_ok = False
+        assert schema_ok == engine_ok, example
+
+
+def test_nothing_renders_until_the_actuator_mode_is_chosen() -> None:
+    """Defaults act only after the explicit choice: the raw values.yaml renders nothing."""
+    refused = helm_template(None)
+    assert refused.returncode != 0
+    assert "actuator.mode must be chosen" in refused.stderr and "dry-run" in refused.stderr
+    assert refused.stdout == ""
+    dry = cli().parse_args(container(by_kind(manifests(values()), "Deployment")["pc-actuator"])["args"])
+    acting = cli().parse_args(
+        container(by_kind(manifests(values(actuator__mode="act")), "Deployment")["pc-actuator"])["args"]
+    )
+    assert (dry.dry_run, acting.dry_run) == (True, False)
+
+
+EXPECTED_KINDS = sorted(
+    ["Deployment"] * 2 + ["StatefulSet"] + ["Service"] * 3 + ["ServiceAccount"] * 3 + ["ClusterRole"] * 2
+    + ["ClusterRoleBinding"] * 2 + ["Role"] * 2 + ["RoleBinding"] * 2 + ["ConfigMap"] * 2 + ["Pod"]
+)  # fmt: skip
+
+
 @pytest.mark.parametrize("chart_values", [DEFAULTS, EVERYTHING], ids=["defaults", "everything"])
 def test_chart_renders_to_the_expected_objects(chart_values: dict[str, Any]) -> None:
     docs = manifests(chart_values)
-    kinds = sorted(d["kind"] for d in docs)
-    assert kinds == sorted(
-        ["Deployment"] * 2 + ["StatefulSet", "Service"] + ["ServiceAccount"] * 3 + ["ClusterRole"] * 2
-        + ["ClusterRoleBinding"] * 2 + ["Role"] * 2 + ["RoleBinding"] * 2
-    )  # fmt: skip
+    pdbs = ["PodDisruptionBudget"] * 3 if chart_values["podDisruptionBudget"]["enabled"] else []
+    assert sorted(d["kind"] for d in docs) == sorted(EXPECTED_KINDS + pdbs)
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     for doc in docs:
-        assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == "pc"
+        labels = doc["metadata"]["labels"]
+        assert labels["app.kubernetes.io/instance"] == "pc"
+        assert labels["app.kubernetes.io/version"] == chart["appVersion"]
+        assert labels["helm.sh/chart"] == f"preemptctl-{chart['version']}"
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert labels.items() >= chart_values["commonLabels"].items()
         if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             assert doc["metadata"]["namespace"] == "preemption"
+        else:
+            # One release name in two namespaces: two sets of cluster-scoped objects.
+            assert doc["metadata"]["name"].startswith("preemption-")
+    prefix = chart_values["fullnameOverride"] or "pc"
+    for doc in docs:
+        assert doc["metadata"]["name"].startswith((prefix + "-", "preemption-" + prefix + "-")), doc
 
 
-def _walk(value: Any) -> Iterator[Any]:
-    yield value
-    if isinstance(value, dict):
-        for item in value.values():
-            yield from _walk(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _walk(item)
+def _pods(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    workloads = {**by_kind(docs, "Deployment"), **by_kind(docs, "StatefulSet")}
+    return {name: w["spec"]["template"] for name, w in workloads.items()}
+
+
+def test_standard_knobs_reach_every_pod() -> None:
+    docs = manifests(EVERYTHING)
+    pods = _pods(docs)
+    assert set(pods) == {"sched-source", "sched-worker", "sched-actuator"}
+    test_pod = by_kind(docs, "Pod")["sched-test"]
+    for name, pod in [*pods.items(), ("test", test_pod)]:
+        spec = pod["spec"]
+        assert spec["priorityClassName"] == "preemptctl-critical", name
+        assert spec["imagePullSecrets"] == [{"name": "registry-cred"}], name
+        assert spec["affinity"] == EVERYTHING["affinity"], name
+        assert spec["tolerations"] == EVERYTHING["tolerations"], name
+        assert spec["topologySpreadConstraints"] == EVERYTHING["topologySpreadConstraints"], name
+        assert spec["nodeSelector"] == {"pool": "system"}, name
+        (main,) = spec["containers"]
+        assert main["image"] == "registry.example/preemptctl@sha256:" + "ab" * 32, name
+        assert main["imagePullPolicy"] == "Always"
+    accounts = by_kind(docs, "ServiceAccount")
+    assert accounts["sched-source"]["metadata"]["annotations"] == {"team": "sched"}
+    assert accounts["sched-worker"]["metadata"]["annotations"] == {
+        "team": "sched",
+        "iam.gke.io/gcp-service-account": "pc@p.iam.gserviceaccount.com",
+    }
+    # The defaults: a priority class ordinary pods cannot preempt, the appVersion's image.
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    for name, pod in _pods(manifests(DEFAULTS)).items():
+        assert pod["spec"]["priorityClassName"] == "system-cluster-critical", name
+        assert "imagePullSecrets" not in pod["spec"]
+        assert (
+            container({"spec": {"template": pod}})["image"]
+            == f"ghcr.io/preemptctl/preemptctl:{chart['appVersion']}"
+        )
+
+
+def test_pod_disruption_budgets_never_block_a_drain_forever() -> None:
+    docs = manifests(DEFAULTS)
+    budgets = by_kind(docs, "PodDisruptionBudget")
+    pods = _pods(docs)
+    assert set(budgets) == set(pods)
+    for name, budget in budgets.items():
+        assert budget["spec"] == {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": {k: v for k, v in pods[name]["metadata"]["labels"].items()
+                                          if k in ("app.kubernetes.io/name", "app.kubernetes.io/instance",
+                                                   "app.kubernetes.io/component")}},
+        }  # fmt: skip
+
+
+def test_engine_config_is_the_workers_config_file() -> None:
+    docs = manifests(EVERYTHING)
+    (engine,) = [c for c in by_kind(docs, "ConfigMap").values() if c["metadata"]["name"] == "sched-engine"]
+    assert yaml.safe_load(engine["data"]["config.yaml"]) == EVERYTHING["config"]
+    from engine import config as config_mod
+
+    assert config_mod.parse(yaml.safe_load(engine["data"]["config.yaml"])).victim_selection == "minimal"
+    worker = by_kind(docs, "StatefulSet")["sched-worker"]
+    args = cli().parse_args(container(worker)["args"])
+    mount = {m["name"]: m["mountPath"] for m in container(worker)["volumeMounts"]}["engine"]
+    assert args.config == f"{mount}/config.yaml"
+    volumes = {v["name"]: v for v in worker["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["engine"]["configMap"]["name"] == "sched-engine"
+    # Another config is another pod template: `helm upgrade` rolls the workers onto it.
+    other = by_kind(manifests(values(config={"victimSelection": "kubernetes"})), "StatefulSet")["pc-worker"]
+    same = by_kind(manifests(values()), "StatefulSet")["pc-worker"]
+    checksum = "preemptctl.io/config-checksum"
+    assert (
+        other["spec"]["template"]["metadata"]["annotations"][checksum]
+        != (same["spec"]["template"]["metadata"]["annotations"][checksum])
+    )
+    assert yaml.safe_load(by_kind(manifests(DEFAULTS), "ConfigMap")["pc-engine"]["data"]["config.yaml"]) == {}
 
 
 def test_rbac_is_least_privilege_and_matches_the_code() -> None:
@@ -260,9 +345,9 @@ def test_rbac_is_least_privilege_and_matches_the_code() -> None:
                     )
                     assert not [v for v in rule.get(field, []) if "*" in str(v)]
     cluster_roles = by_kind(docs, "ClusterRole")
-    assert set(cluster_roles) == {"pc-source", "pc-actuator"}
-    assert permissions(cluster_roles["pc-source"]["rules"]) == declared(source.REQUIRED_RBAC)
-    assert permissions(cluster_roles["pc-actuator"]["rules"]) == declared(actuator.REQUIRED_RBAC)
+    assert set(cluster_roles) == {"preemption-pc-source", "preemption-pc-actuator"}
+    assert permissions(cluster_roles["preemption-pc-source"]["rules"]) == declared(source.REQUIRED_RBAC)
+    assert permissions(cluster_roles["preemption-pc-actuator"]["rules"]) == declared(actuator.REQUIRED_RBAC)
     roles = by_kind(docs, "Role")
     assert set(roles) == {"pc-actuator-lease", "pc-source-lease"}
     for component, required in (
@@ -280,9 +365,9 @@ def test_rbac_is_least_privilege_and_matches_the_code() -> None:
     )
     bound = {(b["roleRef"]["name"], s["name"]) for b in bindings for s in b["subjects"]}
     assert bound == {
-        ("pc-source", "pc-source"),
+        ("preemption-pc-source", "pc-source"),
         ("pc-source-lease", "pc-source"),
-        ("pc-actuator", "pc-actuator"),
+        ("preemption-pc-actuator", "pc-actuator"),
         ("pc-actuator-lease", "pc-actuator"),
     }
     assert all(
@@ -297,16 +382,21 @@ def test_rbac_is_least_privilege_and_matches_the_code() -> None:
 @pytest.mark.parametrize("chart_values", [DEFAULTS, EVERYTHING], ids=["defaults", "everything"])
 def test_deployments_run_the_right_component_with_probes(chart_values: dict[str, Any]) -> None:
     docs = manifests(chart_values)
+    prefix = chart_values["fullnameOverride"] or "pc"
     deployments = {
-        **by_kind(docs, "Deployment"),
-        **by_kind(docs, "StatefulSet"),
+        name.removeprefix(prefix + "-"): d
+        for name, d in {**by_kind(docs, "Deployment"), **by_kind(docs, "StatefulSet")}.items()
     }  # the worker's is a StatefulSet
-    assert set(deployments) == {"pc-source", "pc-worker", "pc-actuator"}
+    assert set(deployments) == {"source", "worker", "actuator"}
     port = chart_values["metricsPort"]
-    for name, deployment in deployments.items():
-        component = name.removeprefix("pc-")
+    for component, deployment in deployments.items():
         pod = deployment["spec"]["template"]
-        assert pod["spec"]["serviceAccountName"] == name
+        assert pod["spec"]["serviceAccountName"] == f"{prefix}-{component}"
+        assert deployment["spec"]["selector"]["matchLabels"] == {
+            "app.kubernetes.io/name": "preemptctl",
+            "app.kubernetes.io/instance": "pc",
+            "app.kubernetes.io/component": component,
+        }  # immutable: never a label that changes with a version
         assert deployment["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
         main = container(deployment)
         assert main["args"][0] == component
@@ -317,22 +407,31 @@ def test_deployments_run_the_right_component_with_probes(chart_values: dict[str,
         assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(port)
         assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
         assert main["securityContext"]["allowPrivilegeEscalation"] is False
-        assert main["image"] == f"{chart_values['image']['repository']}:{chart_values['image']['tag']}"
-    assert deployments["pc-source"]["spec"]["strategy"] == {"type": "Recreate"}
-    assert deployments["pc-worker"]["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+        parsed = cli().parse_args(main["args"])
+        assert (parsed.log_level, parsed.log_format) == (
+            chart_values["logging"]["level"],
+            chart_values["logging"]["format"],
+        )
+    assert deployments["source"]["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployments["worker"]["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
 
     # The rendered args are what the command line accepts.
-    src = cli().parse_args(container(deployments["pc-source"])["args"])
+    src = cli().parse_args(container(deployments["source"])["args"])
     assert (src.broker, src.cluster, src.tick_seconds) == (chart_values["broker"], "default", 1.0)
-    if importlib.util.find_spec("streams.pipeline.app") is not None:
-        cli().parse_args(container(deployments["pc-worker"])["args"])
-    act = cli().parse_args(container(deployments["pc-actuator"])["args"])
+    assert src.scheduler_name == chart_values["source"]["schedulerName"]
+    cli().parse_args(container(deployments["worker"])["args"])
+    act = cli().parse_args(container(deployments["actuator"])["args"])
+    # The actuator refuses decisions for other schedulers' preemptors: the same scope.
+    scope = chart_values["source"]["schedulerName"]
+    assert cli().parse_args(container(deployments["actuator"])["args"]).scheduler_name == (
+        [scope] if scope else []
+    )
     assert (act.lease_name, act.lease_namespace, act.identity) == (
         "preemptctl-actuator",
         "preemption",
         "$(POD_NAME)",
     )
-    assert act.dry_run is chart_values["actuator"]["dryRun"]
+    assert act.dry_run is (chart_values["actuator"]["mode"] == "dry-run")
     timings = chart_values["lease"]
     for parsed in (src, act):
         assert (parsed.lease_duration, parsed.renew_deadline, parsed.retry_period) == (
@@ -341,38 +440,72 @@ def test_deployments_run_the_right_component_with_probes(chart_values: dict[str,
             timings["retryPeriodSeconds"],
         )
     assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container(
-        deployments["pc-actuator"]
+        deployments["actuator"]
     )["env"]
     if chart_values["hmacSecret"]:
         assert act.hmac_key_file == "/etc/preemptctl/hmac/hmac.key"
-        volumes = deployments["pc-actuator"]["spec"]["template"]["spec"]["volumes"]
+        volumes = deployments["actuator"]["spec"]["template"]["spec"]["volumes"]
         assert {"name": "hmac", "secret": {"secretName": "preemptctl-hmac"}} in volumes
-        assert "--hmac-key-file=/etc/preemptctl/hmac/hmac.key" in container(deployments["pc-worker"])["args"]
+        assert "--hmac-key-file=/etc/preemptctl/hmac/hmac.key" in container(deployments["worker"])["args"]
         assert src.namespace == ["team-a"] and src.scheduler_name == "batch"
     else:
         assert act.hmac_key_file is None
 
 
-def test_notes_render() -> None:
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    context = {"Values": EVERYTHING, "Release": RELEASE, "Chart": {"AppVersion": chart["appVersion"]}}
-    notes = render((CHART / "templates" / "NOTES.txt").read_text(), context)
-    assert "DRY RUN" in notes and "{{" not in notes
+def test_the_source_is_scoped_to_the_documented_scheduler_profile() -> None:
+    """The default scheduler name is the profile docs/deploy.md configures (DefaultPreemption off)."""
+    from tests.k8s import scheduler
+
+    deploy_doc = (ROOT / "docs" / "deploy.md").read_text()
+    profile = yaml.safe_load(deploy_doc.split("```yaml\n", 1)[1].split("```", 1)[0])
+    (ours,) = [p for p in profile["profiles"] if p.get("plugins")]
+    assert ours == scheduler.PREEMPTCTL_PROFILE
+    assert DEFAULTS["source"]["schedulerName"] == ours["schedulerName"]
+    everyone = manifests(values(source__schedulerName=""))
+    args = cli().parse_args(container(by_kind(everyone, "Deployment")["pc-source"])["args"])
+    assert args.scheduler_name is None
+
+
+def _notes(chart_values: dict[str, Any]) -> str:
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
+        file.write(yaml.safe_dump(chart_values))
+        file.flush()
+        done = subprocess.run(
+            [helm(), "install", "pc", str(CHART), "--namespace", "preemption", "--dry-run=client",
+             "-f", file.name],
+            capture_output=True, text=True, timeout=HELM_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split("NOTES:", 1)[1]
+
+
+def test_notes_say_what_runs_and_warn_about_what_is_unsafe() -> None:
+    notes = _notes(DEFAULTS)
+    assert "DRY RUN" in notes and "--set actuator.mode=act" in notes
+    assert "preemptctl-scheduler" in notes and "DefaultPreemption" in notes
+    assert "not signed" in notes and "helm test pc" in notes and "{{" not in notes
+    notes = _notes(values(actuator__mode="act", source__schedulerName="", hmacSecret="k",
+                          config={"victimAction": "evict"}))  # fmt: skip
+    assert "ACTS on decisions: victims are evicted" in notes
+    assert "WARNING: source.schedulerName is empty" in notes and "EVERY scheduler" in notes
+    assert "not signed" not in notes and "DRY RUN" not in notes
 
 
 # Values the manifests hold as integers (the schema says integer): the only output left unquoted.
 INTEGER_VALUES = {".Values.source.replicas", ".Values.worker.replicas", ".Values.actuator.replicas",
-                  ".Values.metricsPort"}  # fmt: skip
+                  ".Values.metricsPort", "$.Values.metricsPort", "$.Values.podDisruptionBudget.maxUnavailable"}  # fmt: skip
+# Actions that print nothing themselves: control flow and variable assignments.
+_CONTROL = re.compile(r"^(?:(?:if|else|end|range|with|define)\b|/\*|\$\w+ :=)")
 
 
 def test_every_templated_string_is_quoted() -> None:
     """A string printed unquoted is read by YAML as whatever it looks like: a Secret named 12345
     became a number (the server refuses it), `true` a boolean, a quote broke the document."""
     unquoted = []
-    for template in sorted((CHART / "templates").glob("*.yaml")):
+    for template in sorted((CHART / "templates").rglob("*.yaml")):
         for match in TOKEN.finditer(template.read_text()):
             action = match.group(2)
-            if action.startswith(("if ", "/*")) or action in ("else", "end"):
+            if _CONTROL.match(action) or action in ("else", "end"):
                 continue
             last = action.split("|")[-1].strip()
             # (indent: a chart file copied into a block scalar, where YAML reads no type)
@@ -382,13 +515,6 @@ def test_every_templated_string_is_quoted() -> None:
                 continue
             unquoted.append(f"{template.name}: {{{{ {action} }}}}")
     assert not unquoted, unquoted
-
-
-def test_the_renderer_refuses_what_it_does_not_know() -> None:
-    with pytest.raises(ValueError, match="unsupported"):
-        render('{{ include "x" . }}', {"Values": {}})
-    with pytest.raises(KeyError, match="missing"):
-        render("{{ .Values.nope }}", {"Values": {}})
 
 
 # ---- docker-compose.yml and the Dockerfile ----------------------------------------------

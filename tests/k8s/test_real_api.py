@@ -43,7 +43,7 @@ from streams.kube import api as kube
 from streams.kube import eviction, lease, source
 from streams.kube.actuator import Actuator
 from streams.kube.ledger import Ledger
-from tests.k8s import cluster
+from tests.k8s import cluster, test_deploy
 from tests.k8s import test_actuator as actuator_tests
 from tests.k8s.conftest import CHART
 from tests.k8s.proxy import FaultProxy
@@ -171,10 +171,23 @@ def results(sink: MemorySink) -> dict[str, dict[str, Any]]:
 
 def test_helm_lint_and_server_side_dry_run(kube_cluster: cluster.TestCluster, tmp_path: Path) -> None:
     helm, kubectl = cluster.tool("helm"), cluster.tool("kubectl")
-    lint = subprocess.run([helm, "lint", "--strict", str(CHART)], capture_output=True, text=True)
+    lint = subprocess.run(
+        [helm, "lint", "--strict", str(CHART), "--set", "actuator.mode=dry-run"],
+        capture_output=True,
+        text=True,
+    )
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    # A name that YAML reads as a number unless it is quoted (secretName: 12345 is refused).
-    for values in ([], ["--set-string", "hmacSecret=12345", "--set", "actuator.dryRun=true"]):
+    # A name that YAML reads as a number unless it is quoted (secretName: 12345 is refused); every
+    # knob set (the helm test Pod's priority class goes through the server's Priority admission).
+    everything = tmp_path / "everything.yaml"
+    everything.write_text(
+        yaml.safe_dump(test_deploy.EVERYTHING | {"priorityClassName": "system-cluster-critical"})
+    )
+    for values in (
+        ["--set", "actuator.mode=act"],
+        ["--set-string", "hmacSecret=12345", "--set", "actuator.mode=dry-run"],
+        ["-f", str(everything)],
+    ):
         rendered = subprocess.run(
             [helm, "template", "other", str(CHART), "--namespace", cluster.NAMESPACE, *values],
             check=True, capture_output=True,
@@ -223,8 +236,8 @@ def test_the_documented_install_upgrade_and_rollback(
     kube_cluster: cluster.TestCluster, tmp_path: Path
 ) -> None:
     """docs/deploy.md's commands as written, by the real helm against the test API server: install
-    this chart, upgrade to a next version that adds a value with a default (as the `lease:` block
-    was added once), roll back. Only the release, its namespace and the chart path are changed
+    this chart in dry run, upgrade to a next version that adds a value with a default (as the
+    `lease:` block was added once) while switching the actuator to act, roll back. Only the release, its namespace and the chart path are changed
     (the session's own install holds the documented names)."""
     helm = cluster.tool("helm")
     commands = documented_helm_commands()
@@ -257,21 +270,21 @@ def test_the_documented_install_upgrade_and_rollback(
         )  # fmt: skip
         assert done.returncode == 0, f"{shlex.join(argv)}: {done.stderr}"
 
-    def deployment_image() -> str:
+    def actuator_args() -> list[str]:
         found = kube_cluster.request(
-            "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{release}-source"
+            "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{release}-actuator"
         )
-        return str(found["spec"]["template"]["spec"]["containers"][0]["image"])
+        return list(found["spec"]["template"]["spec"]["containers"][0]["args"])
 
     try:
         run(commands["install"], CHART)
-        installed = deployment_image()
+        assert "--dry-run" in actuator_args()  # the documented install starts in dry run
         run(commands["upgrade"], following)
         configmap = kube_cluster.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{release}-next")
         assert configmap["data"]["value"] == "added-later"  # the new chart's default reached the release
-        assert deployment_image() != installed  # and the upgrade's own --set did
+        assert "--dry-run" not in actuator_args()  # and the upgrade's own --set did: it acts now
         run(commands["rollback"], None)
-        assert deployment_image() == installed
+        assert "--dry-run" in actuator_args()
     finally:
         admin = str(kube_cluster.kubeconfig("admin"))
         subprocess.run(
