@@ -12,11 +12,13 @@ This module owns a decision record's path through the actuator:
    victim uid) is written to preemption.evictions, keyed by victim uid. The
    ledger (streams.kube.ledger) plus the evictions topic read back at start make
    "exactly one" hold across redeliveries, rebalances and restarts.
-4. One OUTCOME event for the whole decision goes to preemption.cluster-events,
+4. Every decision about a pending preemptor puts an Event on it (streams.kube.preemptor_events;
+   a `preempt` decision once its victims are acted on).
+5. One OUTCOME event for the whole decision goes to preemption.cluster-events,
    keyed by cluster: the worker folds it (a victim not acted on is not leaving, a
    refused nomination ends), so its view matches what happened and `replay`
    reproduces it. A redelivered decision writes it again; folding it is idempotent.
-5. The decision's offset is committed only once all its outcomes are written,
+6. The decision's offset is committed only once all its outcomes are written,
    so a crash at any point redelivers the decision and the ledger skips what
    was done.
 Only the Lease holder writes to the cluster (streams.kube.lease); a dry-run
@@ -59,6 +61,7 @@ from streams.kafka.sink import KafkaSink, RecordSink
 from streams.kube import api as kube
 from streams.kube import component, eviction, lease, source
 from streams.kube.ledger import Ledger, nomination_subject
+from streams.kube.preemptor_events import PreemptorEvents
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +203,10 @@ class Actuator:
         elector: lease.LeaseElector | None = None,
         topics: Topics = Topics(),
         scope: tuple[str, ...] | None = None,
+        preemptor_events: PreemptorEvents | None = None,
     ) -> None:
         self.topics = topics
+        self._preemptor_events = preemptor_events
         self.scope = scope  # the schedulers whose preemptors it acts for (None: any)
         # Each (decision id, victim uid)'s result, written or read back: a redelivered
         # decision's OUTCOME event says what was done the first time.
@@ -250,6 +255,7 @@ class Actuator:
             return []
         DECISIONS_SEEN.labels(decision["outcome"]).inc()
         if decision["outcome"] != "preempt" or not decision["victims"]:
+            await self._announce(decision)
             return []
         if all(self._ledger.recorded((decision["id"], v["uid"])) for v in decision["victims"]):
             DUPLICATES.inc(len(decision["victims"]))  # a redelivery: no API call at all
@@ -272,7 +278,14 @@ class Actuator:
         order = {v["uid"]: i for i, v in enumerate(decision["victims"])}
         written.sort(key=lambda r: order[r["victim"]["uid"]])
         await self._write_outcome(decision, nomination, stop or "")
+        if stop is None:
+            await self._announce(decision)
         return written
+
+    async def _announce(self, decision: DecisionRecord) -> None:
+        """The Event on the pending preemptor (streams.kube.preemptor_events), when configured."""
+        if self._preemptor_events is not None:
+            await self._preemptor_events.post(decision)
 
     async def _victim(
         self,
@@ -643,6 +656,12 @@ async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | Non
         async with health.HealthServer(state, host=args.health_host, port=args.health_port):
             await component.prepare_broker(bootstrap, create_topics=not args.no_create_topics)
             async with KafkaSink(bootstrap, client_id=f"preemptctl-actuator-{identity}") as sink:
+                announcer = PreemptorEvents(
+                    api,
+                    identity=identity,
+                    dry_run=args.dry_run,
+                    guard=elector.check if elector else lambda: None,
+                )
                 actuator = Actuator(
                     actions,
                     sink,
@@ -651,6 +670,7 @@ async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | Non
                     hmac_key=hmac_key,
                     elector=elector,
                     scope=tuple(sorted(set(args.scheduler_name))) or None,
+                    preemptor_events=announcer,
                 )
                 lagging = lag.start(bootstrap, args)
                 try:

@@ -97,7 +97,9 @@ EVERYTHING = values(
     image={"repository": "registry.example/preemptctl", "digest": "sha256:" + "ab" * 32,
            "pullPolicy": "Always"},
     serviceAccount={"annotations": {"team": "sched"}},
-    worker__serviceAccount={"annotations": {"iam.gke.io/gcp-service-account": "pc@p.iam.gserviceaccount.com"}},
+    worker__serviceAccount={
+        "annotations": {"iam.gke.io/gcp-service-account": "pc@p.iam.gserviceaccount.com"}
+    },
     fullnameOverride="sched",
     priorityClassName="preemptctl-critical",
     commonLabels={"cost-center": "platform"},
@@ -493,7 +495,8 @@ def test_notes_say_what_runs_and_warn_about_what_is_unsafe() -> None:
 
 # Values the manifests hold as integers (the schema says integer): the only output left unquoted.
 INTEGER_VALUES = {".Values.source.replicas", ".Values.worker.replicas", ".Values.actuator.replicas",
-                  ".Values.metricsPort", "$.Values.metricsPort", "$.Values.podDisruptionBudget.maxUnavailable"}  # fmt: skip
+                  ".Values.metricsPort", "$.Values.metricsPort",
+                  "$.Values.podDisruptionBudget.maxUnavailable"}  # fmt: skip
 # Actions that print nothing themselves: control flow and variable assignments.
 _CONTROL = re.compile(r"^(?:(?:if|else|end|range|with|define)\b|/\*|\$\w+ :=)")
 

@@ -237,8 +237,9 @@ def test_the_documented_install_upgrade_and_rollback(
 ) -> None:
     """docs/deploy.md's commands as written, by the real helm against the test API server: install
     this chart in dry run, upgrade to a next version that adds a value with a default (as the
-    `lease:` block was added once) while switching the actuator to act, roll back. Only the release, its namespace and the chart path are changed
-    (the session's own install holds the documented names)."""
+    `lease:` block was added once) while switching the actuator to act, roll back. Only the
+    release, its namespace and the chart path are changed (the session's own install holds the
+    documented names)."""
     helm = cluster.tool("helm")
     commands = documented_helm_commands()
     assert {"install", "upgrade", "rollback"} <= set(commands), sorted(commands)
