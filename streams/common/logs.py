@@ -177,9 +177,13 @@ def configure(
     root.setLevel(level)
     # The clients' DEBUG output is request by request (and aiokafka's every fetch): useful only
     # when asked for by name; --log-level DEBUG means preemptctl's own.
-    if level == "DEBUG":
-        for name in _CHATTY:
-            logging.getLogger(name).setLevel(logging.INFO)
+    for name in _CHATTY:
+        logging.getLogger(name).setLevel(logging.INFO if level == "DEBUG" else logging.NOTSET)
+    # faust's and mode's INFO is a line per service started and stopped (dozens at each start and
+    # stop); their warnings and errors stay, and DEBUG shows everything.
+    for name in _SERVICES:
+        logging.getLogger(name).setLevel(logging.NOTSET if level == "DEBUG" else logging.WARNING)
 
 
 _CHATTY: Iterable[str] = ("aiokafka", "kafka", "kubernetes_asyncio", "aiohttp", "asyncio")
+_SERVICES: Iterable[str] = ("faust", "mode")

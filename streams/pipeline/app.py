@@ -203,9 +203,14 @@ def cmd(args: argparse.Namespace) -> int:
         asyncio.run(kafka_topics.ensure_worker_topics(bootstrap))
     except kafka_topics.BrokerUnavailable as exc:
         raise UsageError(str(exc)) from exc
+    store_dir = Path(args.store_dir)
+    try:
+        store_dir.mkdir(parents=True, exist_ok=True)  # faust creates its directory inside, not parents
+    except OSError as exc:
+        raise UsageError(f"--store-dir {store_dir}: {exc.strerror or exc}") from exc
     app = build_app(
         bootstrap=bootstrap,
-        store_dir=Path(args.store_dir),
+        store_dir=store_dir,
         config=config,
         key=key,
         guarantee=args.processing_guarantee,

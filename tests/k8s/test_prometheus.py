@@ -69,6 +69,9 @@ CAUGHT_UP = 12
 # After SIGCONT the worker folds the backlog and commits within this long.
 RECOVERY_TIMEOUT_S = 45.0
 POLL_S = 0.25
+# Every component logs JSON here, and the test reads it back (streams.common.logs).
+LOGS = ("--log-format", "json", "--log-level", "INFO")
+HELM_TEST = FILES / "helm-test.py"
 WORKER_GROUP = "preemptctl-worker"
 # Low pods: three at priority 5 and one at 0. The preemptor needs three of them gone; the
 # reprieve gives a priority-5 pod back, so `low-0` is always a victim, and its eviction is the
@@ -194,13 +197,18 @@ def logs(tmp_path: Path) -> str:
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
+    """Every panel's query as Grafana sends it with each variable at All (`.*`: the components run
+    outside Kubernetes here, so their series have no namespace label, which `.*` matches)."""
     board = json.loads((FILES / "grafana-dashboard.json").read_text())
-    return [
-        (p["title"], t["expr"].replace("$__rate_interval", RATE_INTERVAL))
-        for p in board["panels"]
-        if p["type"] != "row"
-        for t in p["targets"]
-    ]
+    variables = {f"${v['name']}": v["allValue"] for v in board["templating"]["list"] if "allValue" in v}
+    queries = []
+    for p in board["panels"]:
+        for t in p.get("targets", []) if p["type"] != "row" else []:
+            expr = t["expr"].replace("$__rate_interval", RATE_INTERVAL)
+            for name, value in variables.items():
+                expr = expr.replace(name, value)
+            queries.append((p["title"], expr))
+    return queries
 
 
 @contextlib.asynccontextmanager
@@ -227,16 +235,18 @@ async def components(
     async with (
         spawn(
             tmp_path / "source.log", "source", "--broker", broker, "--kubeconfig", str(kube),
-            "--tick-seconds", TICK_SECONDS, "--health-port", str(ports["source"]), *health,
+            "--tick-seconds", TICK_SECONDS, "--health-port", str(ports["source"]), *health, *LOGS,
+            "--lease-name", "preemptctl-source", "--lease-namespace", "ops", "--identity", "source-0",
         ) as source,
         spawn(
             tmp_path / "worker.log", "worker", "--broker", broker, "--store-dir", str(tmp_path / "store"),
-            "--config", str(tmp_path / "engine.yaml"), "--health-port", str(ports["worker"]), *health,
+            "--config", str(tmp_path / "engine.yaml"), "--health-port", str(ports["worker"]), *health, *LOGS,
         ) as worker,
         spawn(
             tmp_path / "actuator.log", "actuator", "--broker", broker, "--kubeconfig", str(kube),
             "--lease-name", "preemptctl-actuator", "--lease-namespace", "ops", "--identity", "actuator-0",
             "--lag-interval-seconds", LAG_INTERVAL_SECONDS, "--health-port", str(ports["actuator"]), *health,
+            *LOGS,
         ) as actuator,
     ):  # fmt: skip
         yield {"source": source, "worker": worker, "actuator": actuator}
@@ -268,9 +278,11 @@ async def test_prometheus_scrapes_the_pipeline(
                     preemptor(fake)
                     await check_lag_under_sigstop(prometheus, http, procs["worker"])
                     await check_dashboard_and_rules(prometheus, http)
+                    check_helm_test(ports)
                 except AssertionError as exc:
                     raise AssertionError(f"{exc}\n{logs(tmp_path)}") from None
             await check_cloudevents(tansu.bootstrap)
+            check_logs(tmp_path)
         finally:
             prometheus.stop()
     print(f"\nprometheus scenario: {time.monotonic() - started:.1f} s")
@@ -336,7 +348,9 @@ async def check_dashboard_and_rules(prometheus: Prometheus, http: aiohttp.Client
 
     groups = (await prometheus.api(http, "rules", type="alert"))["groups"]
     rules = {r["name"]: r for g in groups for r in g["rules"]}
-    assert len(rules) == 4
+    assert len(rules) == len(
+        yaml.safe_load((FILES / "prometheus-rules.yaml").read_text())["groups"][0]["rules"]
+    )
     assert all(r["health"] == "ok" for r in rules.values()), rules
 
     async def alerts() -> set[str]:
@@ -349,7 +363,7 @@ async def check_dashboard_and_rules(prometheus: Prometheus, http: aiohttp.Client
         return expected <= await alerts()
 
     await eventually(fired, f"{sorted(expected)} fire", SCENARIO_TIMEOUT_S)
-    assert await alerts() == expected  # a leader holds the Lease, and the worker kept up
+    assert await alerts() == expected  # a leader holds the Lease, every component is up and writing
     stages = {r["metric"]["stage"] for r in await prometheus.query(http, "preemptctl_dead_letters_total")}
     assert stages == {"worker", "actuator"}
 
@@ -394,3 +408,41 @@ async def check_cloudevents(bootstrap: str) -> None:
     dead = {event.get_id(): event for event, _ in await read(records.DEAD_LETTER)}
     assert set(dead) == {"preemption.cluster-events/0/0", "preemption.decisions/0/0"}
     assert {e.get_type() for e in dead.values()} == {"io.preemptctl.deadletter.v1"}
+
+
+def check_helm_test(ports: dict[str, int]) -> None:
+    """The chart's `helm test` script, against the running components: all ready; a dead one is named."""
+    targets = [f"127.0.0.1:{port}" for port in ports.values()]
+    ok = subprocess.run(
+        [sys.executable, str(HELM_TEST), *targets], capture_output=True, text=True, timeout=60
+    )
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.count("ok ") == 3
+    dead = f"127.0.0.1:{process_mod.free_loopback_port()}"
+    failed = subprocess.run(
+        [sys.executable, str(HELM_TEST), *targets, dead], capture_output=True, text=True, timeout=60
+    )
+    assert failed.returncode == 1 and f"FAIL 127.0.0.1 {dead}" in failed.stdout, failed.stdout
+
+
+def check_logs(tmp_path: Path) -> None:
+    """Each component's output is JSON lines only (no escape codes, no faust banner or spinner),
+    and its decision lines carry the decision id, the cluster and the pod."""
+    for component in ("source", "worker", "actuator"):
+        text = (tmp_path / f"{component}.log").read_text()
+        assert "\x1b" not in text, component
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        assert lines, component
+        assert all({"ts", "level", "logger", "component", "msg"} <= line.keys() for line in lines), component
+        assert {line["component"] for line in lines} == {component}
+        if component == "source":
+            continue
+        decided = [line for line in lines if "decision" in line]
+        assert decided, f"{component}: no decision line"
+        for line in decided:
+            assert line["cluster"] == "default" and line["decision"].startswith("default/")
+            assert "/" in line["pod"]
+        if component == "worker":
+            assert any(line["msg"].startswith("preempt default/") for line in decided)
+        else:
+            assert {line["pod"] for line in decided} >= {f"default/{BLOCKED}"}
