@@ -2,7 +2,7 @@
 
 This module owns turning a topic into the JSONL forms the rest of the tools read:
 - cluster-events records (batches) become a trace, one event per line with its
-  `cluster` (conformance/TRACE.md), in log order: `preemptctl replay` of the file
+  `cluster` (docs/case-format.md, traces), in log order: `preemptctl replay` of the file
   re-derives the recorded decisions, without Kafka;
 - decision and eviction records are written one per line, byte for byte as they
   are in the topic, so `audit verify` of the file checks the same bytes.

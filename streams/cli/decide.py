@@ -1,4 +1,4 @@
-"""`preemptctl decide`: answer preemption questions given as case files (conformance/FORMAT.md)."""
+"""`preemptctl decide`: answer preemption questions given as case files (docs/case-format.md)."""
 
 from __future__ import annotations
 

@@ -24,6 +24,8 @@ from typing import Self
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Gauge, Info, generate_latest
 
+from engine import ENGINE_VERSION
+
 log = logging.getLogger(__name__)
 
 # The port every component's probes and metrics listen on (the chart's containerPort).
@@ -40,12 +42,8 @@ Route = tuple[str, Callable[[web.Request], Awaitable[web.StreamResponse]]]
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("preemptctl")
-    except PackageNotFoundError:
-        return "unknown"
+    """preemptctl's one version (engine.ENGINE_VERSION; the package's and the chart's too)."""
+    return ENGINE_VERSION
 
 
 class Health:

@@ -17,7 +17,7 @@ from streams.common.errors import UsageError
 
 
 def load_config(path: str | None) -> config_mod.Config:
-    """The engine config in a YAML file (conformance/FORMAT.md config keys); defaults without one."""
+    """The engine config in a YAML file (README, config keys); defaults without one."""
     if not path:
         return config_mod.Config()
     try:

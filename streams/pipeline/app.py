@@ -248,7 +248,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="./preemptctl-state",
         help="local rocksdict state, and faust's own directory (default ./preemptctl-state)",
     )
-    p.add_argument("--config", help="engine config YAML (conformance/FORMAT.md config keys)")
+    p.add_argument("--config", help="engine config YAML (README: config keys; docs/semantics.md)")
     p.add_argument("--hmac-key-file", help="sign decision records with this key")
     p.add_argument(
         "--processing-guarantee",

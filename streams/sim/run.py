@@ -305,7 +305,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "  preemptctl run --trace t.jsonl --until-idle --decisions-out d.jsonl\n"
         "  preemptctl run --broker kafka://127.0.0.1:9092 --until-idle",
     )
-    p.add_argument("--trace", help="JSONL trace (conformance/TRACE.md); default: the bundled example")
+    p.add_argument("--trace", help="JSONL trace (docs/case-format.md, traces); default: the bundled example")
     p.add_argument(
         "--broker", help="kafka://host:port of an existing Kafka (default: start the embedded one)"
     )
