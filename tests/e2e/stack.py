@@ -226,7 +226,7 @@ class Stack:
             config.write_bytes(orjson.dumps(self.config))
             return [
                 "worker", "--broker", broker, "--store-dir", str(self.root / "store"),
-                "--group", f"e2e-worker-{self.cluster}", "--config", str(config), *health,
+                "--group-id", f"e2e-worker-{self.cluster}", "--config", str(config), *health,
             ]  # fmt: skip
         return [
             "actuator", "--broker", broker, "--kubeconfig", str(self.plane.cluster.kubeconfig("actuator")),
