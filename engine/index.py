@@ -146,6 +146,11 @@ class Ranking:
         self.candidate_count = 0
         self.pending: set[str] = set()
         self.exacts: set[str] = set()  # nodes whose entry holds a full evaluation
+        # PDB uid -> nodes whose full evaluation read it, filed when the evaluation is
+        # kept and pruned lazily (an entry whose node no longer holds such an evaluation
+        # is dropped when a change of that PDB visits it): a PDB status change costs the
+        # evaluations it can make stale, not the width of the budget's workload.
+        self.reads: dict[str, set[str]] = {}
         self.heap: list[tuple[tuple[int, ...], str, int]] = []
         self.expiring: list[tuple[int, str, int]] = []
         self._stamp = 0
@@ -293,7 +298,7 @@ class Ranking:
             reject(name)
             self.reasons[e.reason] = self.reasons.get(e.reason, 0) + 1
         else:
-            self.exacts.add(name)
+            self._keep_exact(name, e.exact)
             self.candidate_count += 1
             push((e.value, name, e.stamp))
         if e.expires is not None:
@@ -348,11 +353,22 @@ class Ranking:
             # disagreement is a bug in `summary.bound`, never a close call.
             raise AssertionError(f"bound {e.tier}/{e.bound} does not hold for {name}: {ev.status}/{ev.key}")
         e.exact = ev
-        self.exacts.add(name)
+        self._keep_exact(name, ev)
         self._stamp += 1
         e.stamp = self._stamp
         self._push(e, name)
         return ev
+
+    def _keep_exact(self, name: str, ev: NodeEval | None) -> None:
+        self.exacts.add(name)
+        if ev is not None:
+            reads = self.reads
+            for uid in ev.pdbs:
+                held = reads.get(uid)
+                if held is None:
+                    reads[uid] = {name}
+                else:
+                    held.add(name)
 
     # ---- catching up -----------------------------------------------------------------
 
@@ -369,9 +385,27 @@ class Ranking:
         for name in dict.fromkeys(changed):  # each touched node once, in first-touch order
             self.refresh(name)
         exact = self.exacts
-        for name, pdb in pdb_changed:
-            if name in exact:  # most PDB changes land on nodes this ranking never evaluated
-                self.demote(name, pdb)
+        budgets = cluster.budgets
+        for name, pdb, threshold in pdb_changed:
+            if name:  # membership changed for pods on this node: any evaluation there may read it
+                if name in exact:
+                    self.demote(name, "")
+                continue
+            readers = self.reads.get(pdb)
+            if not readers:
+                continue  # most PDB changes reach no node this ranking evaluated
+            counts = budgets.on_nodes(pdb)
+            for node in list(readers):
+                e = self.state.get(node)
+                if e is None or e.exact is None or pdb not in e.exact.pdbs:
+                    readers.discard(node)  # the evaluation that read it is gone
+                elif counts.get(node, 0) > threshold:
+                    # Counts are current, and so as at the change: a node whose pods
+                    # changed since was refreshed above and holds no older evaluation.
+                    readers.discard(node)
+                    self.demote(node, pdb)
+            if not readers:
+                del self.reads[pdb]
         while self.expiring and self.expiring[0][0] < now:
             _, name, _ = heapq.heappop(self.expiring)
             e = self.state.get(name)

@@ -8,7 +8,9 @@ Two workloads:
   decisions later (victims deleted, preemptor bound).
 - `mixed`: a real cluster's shape (streams.sim.mixed): nodes of several sizes,
   30-40 pods per node from hundreds of workload shapes, 8 priority classes, 20
-  namespaces, PDBs on a third of the workloads, 60 preemptor shapes; with
+  namespaces, PDBs on a third of the workloads, 60 preemptor shapes (`--width
+  wide`: a long tail of workload sizes, hundreds to thousands of replicas each for
+  the widest, PDBs on a third of those); with
   `--churn`, the watch events a live cluster produces between decisions (PDB
   status updates, pods created and deleted, quota status updates) are folded in
   with `Cluster.apply`, as the worker does. `--flow job` decides gangs of 8 under
@@ -171,9 +173,10 @@ def run_mixed(
     mode: str,
     seed: int,
     reference_decisions: int,
+    width: str = mixed.NARROW,
 ) -> dict[str, Any]:
     build_started = time.perf_counter()
-    gen = mixed.MixedCluster(nodes, seed=seed)
+    gen = mixed.MixedCluster(nodes, seed=seed, width=width)
     cluster = Cluster()
     for obj in gen.objects():
         cluster.apply("ADDED", obj)
@@ -255,6 +258,7 @@ def run_mixed(
     result: dict[str, Any] = {
         "benchmark": "engine",
         "workload": "mixed",
+        "width": width,
         "flow": flow,
         "churn": churn,
         "shape": shape,
@@ -333,6 +337,7 @@ def cmd(args: argparse.Namespace) -> int:
             mode=args.victim_selection,
             seed=args.seed,
             reference_decisions=args.reference_decisions,
+            width=args.width,
         )
     else:
         result = run(
@@ -359,6 +364,7 @@ def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  preemptctl bench engine --nodes 5000 --output json\n"
         "  preemptctl bench engine --workload mixed --churn --nodes 5000 --output json\n"
+        "  preemptctl bench engine --workload mixed --width wide --churn --nodes 5000\n"
         "  preemptctl bench engine --workload mixed --churn --flow job --preemptors 100\n"
         "  preemptctl bench engine --nodes 500 --shape async --victim-selection minimal\n"
         "  preemptctl bench engine --nodes 5000 --write-case big.json   # a case for `decide`",
@@ -369,6 +375,13 @@ def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--flow", choices=("default", "job", "daemonset"), default="default", help="mixed only")
     p.add_argument("--seed", type=int, default=1, help="mixed: the generator's seed")
+    p.add_argument(
+        "--width",
+        choices=mixed.WIDTHS,
+        default=mixed.NARROW,
+        help="mixed: replicas per workload; narrow: alike (~58 each at 5,000 nodes); wide: a long tail "
+        "(a few hundred workloads of hundreds to thousands of replicas over most nodes, PDBs on them)",
+    )
     p.add_argument("--nodes", type=int, default=5000)
     p.add_argument("--pods-per-node", type=int, default=4, help="uniform only")
     p.add_argument("--preemptors", type=int, default=1000)
