@@ -503,7 +503,9 @@ class Cluster:
                 if len(self.tombstones) > MAX_TOMBSTONES:
                     del self.tombstones[next(iter(self.tombstones))]
             return key, True
-        record = objects.normalize(obj)
+        # A pod's record lends what this event did not change (objects.pod: most
+        # MODIFIED events move status or metadata only).
+        record = objects.pod(obj, self.pods.get(record_uid)) if kind == "Pod" else objects.normalize(obj)
         self.tombstones.pop(key, None)
         self.upsert(record)
         return key, True
