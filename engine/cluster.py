@@ -538,6 +538,12 @@ def _usage_key(pod: Pod) -> tuple[str, str, str | None]:
 def _table_key(obj: Mapping[str, Any]) -> str:
     """Pods, PDBs and quotas are keyed by uid; nodes and classes by name (cluster-scoped, unique)."""
     kind = obj.get("kind")
+    meta = obj.get("metadata")
+    if kind == "Pod" and type(meta) is dict:
+        # The common case first (every pod event): an API object's uid, named and all.
+        uid, name = meta.get("uid"), meta.get("name")
+        if type(uid) is str and uid and type(name) is str and name:
+            return uid
     if kind in ("Node", "PriorityClass"):
         meta = obj.get("metadata") or {}
         name = meta.get("name") if isinstance(meta, dict) else None
