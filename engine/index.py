@@ -496,6 +496,19 @@ class Index:
             cluster.trim_pdb_touched(min(x.pdb_position for x in self._rankings.values()))
         return r
 
+    def warm(self, pending: Iterable[Preemptor], now: int, mode: str) -> None:
+        """Do now what the first decisions would: every node's summary, and the rankings of `pending`.
+
+        A worker restoring its state calls this, so its first decision after a
+        start is as fast as any other (5,000 summaries cost a quarter of a second).
+        `now` may be earlier than the next decision's: a ranking catches up on
+        time as on any other change (toleration windows that closed since).
+        """
+        for state in self.cluster.nodes.values():
+            self.summaries.get(ALL, state, None)
+        for pre in pending:
+            self.ranking(pre, now, mode).settle()
+
     def scan(self, pre: Preemptor, now: int, mode: str) -> Scan:
         r = self.ranking(pre, now, mode)
         cluster = self.cluster
