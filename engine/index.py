@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,17 @@ def signature(pre: Preemptor, mode: str, kind: str = ALL) -> Hashable:
     )
 
 
+def filter_signature(pre: Preemptor) -> Hashable:
+    """What `placement.unresolvable` reads of a preemptor: equal signatures, equal verdicts on every node."""
+    pod = pre.pod
+    return (
+        pod.tolerations,
+        pod.node_selector,
+        pod.required_affinity,
+        tuple(sorted(r for r, v in pod.requests.items() if v > 0)),
+    )
+
+
 def evaluator(mode: str) -> NodeEvaluator:
     return minimal.evaluate_node if mode == "minimal" else default.evaluate_node
 
@@ -97,7 +108,8 @@ class Entry:
     expires: int | None
     stamp: int  # the heap entry (value, name, stamp) that is this node's current one
     exact: NodeEval | None = None  # a fresh full evaluation (candidates only)
-    filtered: bool = False  # rejected by a node filter: only a new node object can change that
+    # Rejected by a node filter, against this node object: only a new one can change that.
+    filtered: Node | None = None
     refined: bool = False  # the bound has been tightened by `summary.refine`
 
     @property
@@ -126,6 +138,7 @@ class Ranking:
         kind: str,
         keep: Keep,
         now: int,
+        filtered: dict[str, tuple[Node, str | None]] | None = None,
     ) -> None:
         self.cluster = cluster
         self.summaries = summaries
@@ -135,7 +148,9 @@ class Ranking:
         self.keep = keep
         self.evaluate = evaluator(mode)
         self.minimal = mode == "minimal"
-        self._filtered: dict[str, tuple[Node, str | None]] = {}
+        # Filter verdicts by node, shared by every ranking whose preemptors the node
+        # filters read alike (`filter_signature`): a new shape checks no node twice.
+        self._filtered = filtered if filtered is not None else {}
         self.now = now
         self.position = cluster.touched_end
         self.pdb_position = cluster.pdb_touched_end
@@ -182,7 +197,7 @@ class Ranking:
             held = (node, placement.unresolvable(node, self.pre.pod))
             self._filtered[node.name] = held
         if held[1] is not None:
-            return Entry(REJECTED, (), held[1], None, self._stamp, filtered=True)
+            return Entry(REJECTED, (), held[1], None, self._stamp, filtered=node)
         if not self.minimal and len(state.pods) <= EVALUATE_MAX_PODS:
             return self._evaluated(state)
         if resources.fits(self.pre.requests, self._free(state)):
@@ -202,14 +217,12 @@ class Ranking:
             e.exact = ev
         return e
 
-    def _free(self, state: NodeState) -> Resources:
+    def _free(self, state: NodeState) -> Mapping[str, int]:
         if self.cluster.nominated_on(state.node.name):
             return default.free_for(self.cluster, state, self.pre)
-        # From the node's totals, not its summary: a node that fits or that a filter
-        # rejects never needs one built.
-        free = dict(state.node.allocatable)
-        resources.sub(free, state.used)
-        return free
+        # From the node's totals, not its summary (a node that fits or that a filter
+        # rejects never needs one built), computed once per node state for every ranking.
+        return self.summaries.free(state)
 
     def settle(self) -> None:
         """Compute the bound of every PENDING node: a decision is about to rank candidates."""
@@ -262,7 +275,7 @@ class Ranking:
     def refresh(self, name: str) -> None:
         state = self.cluster.nodes.get(name)
         e = self.state.get(name)
-        if e is not None and e.filtered and state is not None and self._filtered[name][0] is state.node:
+        if e is not None and state is not None and e.filtered is state.node:
             return  # its pods changed, but this preemptor can never run there anyway
         self.drop(name)
         if state is None:
@@ -476,6 +489,7 @@ class Index:
         self.cluster = cluster
         self.summaries = summary.Summaries(cluster)
         self._rankings: dict[Hashable, Ranking] = {}
+        self._filters: dict[Hashable, dict[str, tuple[Node, str | None]]] = {}
 
     def ranking(self, pre: Preemptor, now: int, mode: str, kind: str = ALL, keep: Keep = None) -> Ranking:
         cluster = self.cluster
@@ -486,10 +500,15 @@ class Index:
             # an anonymous pod: no real pod's own nomination is excluded from its node.
             # Any pod of the signature serves: evaluations read nothing else of it.
             anonymous = Preemptor(dataclasses.replace(pre.pod, uid=ANONYMOUS), pre.priority, pre.requests)
-            r = Ranking(cluster, self.summaries, anonymous, mode, kind, keep, now)
+            filtered = self._filters.setdefault(filter_signature(pre), {})
+            r = Ranking(cluster, self.summaries, anonymous, mode, kind, keep, now, filtered)
         self._rankings[sig] = r  # most recently used last
         while len(self._rankings) > MAX_RANKINGS:
             del self._rankings[next(iter(self._rankings))]
+        if len(self._filters) > MAX_RANKINGS:
+            # Verdicts no live ranking shares are dropped with the rankings that used them.
+            live = {id(x._filtered) for x in self._rankings.values()}
+            self._filters = {k: v for k, v in self._filters.items() if id(v) in live}
         if len(cluster.touched) > TOUCH_LOG_TRIM:
             cluster.trim_touched(min(x.position for x in self._rankings.values()))
         if len(cluster.pdb_touched) > TOUCH_LOG_TRIM:

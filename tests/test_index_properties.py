@@ -391,3 +391,31 @@ def test_wide_workloads_under_pdbs_through_churn(
                         victim["metadata"]["resourceVersion"] = str(version)
                         cluster.apply("MODIFIED", victim)
                         objects[v.uid] = victim
+
+
+def test_rankings_sharing_filter_verdicts_each_see_a_node_change() -> None:
+    """Rankings of shapes the node filters read alike share their verdicts (`filter_signature`).
+
+    The first to catch up on a node change updates the shared verdict; each other
+    ranking must still look at the node again, not take the updated verdict for
+    the one its own entry was filed with (n1 stayed "cordoned" for the second shape).
+    """
+    cluster = Cluster()
+    apply = _versioned(cluster)
+    node = gen.node("n1", 2, 8, 110)
+    apply("ADDED", node)
+    apply("ADDED", gen.node("n2", 2, 8, 110))
+    apply("ADDED", gen.pod("low1", node="n1", priority=0, cpu_m=2000))
+    apply("ADDED", gen.pod("low2", node="n2", priority=0, cpu_m=2000))
+    apply("ADDED", gen.pod("a", node=None, priority=100, cpu_m=1000))
+    apply("ADDED", gen.pod("b", node=None, priority=1000, cpu_m=1500))
+    index = Index(cluster)
+    shapes = [[cluster.pods["a-uid"]], [cluster.pods["b-uid"]]]
+    assert index_mod.filter_signature(
+        default.Preemptor(shapes[0][0], 100, shapes[0][0].requests)
+    ) == index_mod.filter_signature(default.Preemptor(shapes[1][0], 1000, shapes[1][0].requests))
+    for cordon in (True, False, True, False):
+        apply("MODIFIED", {**node, "spec": {"unschedulable": cordon}})
+        for pods in shapes:
+            d = _decide(cluster, pods, 0, Config(), index)
+            assert d.answer() == _decide(cluster, pods, 0, Config(), None).answer(), (cordon, pods[0].name)
