@@ -36,7 +36,6 @@ from engine import default, minimal, placement, resources, summary
 from engine.cluster import Cluster, NodeState
 from engine.default import CANDIDATE, FITS, REJECTED, NodeEval, Preemptor
 from engine.objects import Node, Pod
-from engine.resources import Resources
 
 # Live rankings kept at once (one per distinct preemptor signature); the least
 # recently used is dropped past this, bounding memory with many pod shapes.
