@@ -86,7 +86,8 @@ def filter_signature(pre: Preemptor) -> Hashable:
         pod.tolerations,
         pod.node_selector,
         pod.required_affinity,
-        tuple(sorted(r for r, v in pod.requests.items() if v > 0)),
+        # The amounts too: a node whose allocatable is below a request is unresolvable.
+        tuple(sorted((r, v) for r, v in pod.requests.items() if v > 0)),
     )
 
 
