@@ -408,7 +408,7 @@ def test_rankings_sharing_filter_verdicts_each_see_a_node_change() -> None:
     apply("ADDED", gen.pod("low1", node="n1", priority=0, cpu_m=2000))
     apply("ADDED", gen.pod("low2", node="n2", priority=0, cpu_m=2000))
     apply("ADDED", gen.pod("a", node=None, priority=100, cpu_m=1000))
-    apply("ADDED", gen.pod("b", node=None, priority=1000, cpu_m=1500))
+    apply("ADDED", gen.pod("b", node=None, priority=1000, cpu_m=1000))
     index = Index(cluster)
     shapes = [[cluster.pods["a-uid"]], [cluster.pods["b-uid"]]]
     assert index_mod.filter_signature(
