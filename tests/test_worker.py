@@ -417,7 +417,7 @@ def test_the_session_timeout_reaches_the_consumer_group(tmp_path: Path) -> None:
     from streams.pipeline import app
 
     built = app.build_app(
-        bootstrap="127.0.0.1:1",
+        kafka="127.0.0.1:1",
         store_dir=tmp_path,
         config=Config(),
         key=None,

@@ -31,6 +31,7 @@ import orjson
 
 from streams.audit import verify
 from streams.common.errors import UsageError
+from streams.kafka import connection
 
 VICTIM, SURVIVOR, PREEMPTOR, MEMBER = "victim", "survivor", "preemptor", "member"
 SHIFT = 2**31  # the engine counts victim priorities from -2^31 when summing them (DESIGN §4)
@@ -684,7 +685,9 @@ def parse_pod(text: str) -> str:
     return text
 
 
-def read(location: str, pod: str, *, cluster: str | None) -> Report:
+def read(
+    location: str, pod: str, *, cluster: str | None, kafka: connection.KafkaConfig | None = None
+) -> Report:
     """Stream the log, one record at a time (a long log is never held whole)."""
     report = Report(pod)
     wanted = cluster.encode() if cluster is not None else None
@@ -701,14 +704,14 @@ def read(location: str, pod: str, *, cluster: str | None) -> Report:
         if cluster is None or d.get("cluster") == cluster:
             report.add(d)
 
-    verify.scan(location, sink)
+    verify.scan(location, sink, kafka=kafka)
     report.finish()
     return report
 
 
 def cmd(args: argparse.Namespace) -> int:
     pod = parse_pod(args.pod)
-    report = read(args.decisions, pod, cluster=args.cluster)
+    report = read(args.decisions, pod, cluster=args.cluster, kafka=connection.for_locations(args))
     if args.output == "json":
         sys.stdout.write(orjson.dumps(report.to_json()).decode() + "\n")
     else:
@@ -735,4 +738,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--cluster", metavar="NAME", help="only this cluster's decisions")
     p.add_argument("--output", choices=("text", "json"), default="text", help="answer format (default text)")
+    connection.add_arguments(p, required=False)
     p.set_defaults(func=cmd)

@@ -37,7 +37,7 @@ from aiokafka.errors import KafkaError
 from schemas import chain
 from streams.common.errors import UsageError
 from streams.common.options import load_key
-from streams.kafka import logio, reading
+from streams.kafka import connection, logio, reading
 
 EXIT_INTACT = 0
 EXIT_TAMPERED = 1
@@ -99,19 +99,19 @@ def quiet_client_logs() -> None:
             logger.addHandler(logging.NullHandler())
 
 
-def scan(location: str, sink: Sink) -> None:
+def scan(location: str, sink: Sink, *, kafka: connection.KafkaConfig | None = None) -> None:
     """Feed every record of a decision log to `sink`, in log order, without holding them all.
 
     A JSONL file is read line by line (blank lines skipped); a topic through a
     plain consumer from its beginning. Unreadable input raises UsageError.
     """
     if logio.is_kafka(location):
-        bootstrap, topic = reading.parse_topic_url(location)
+        config, topic = reading.topic_config(location, kafka)
         quiet_client_logs()
 
         async def read() -> None:
             # read_committed: records of aborted transactions (real Kafka) never happened.
-            async for m in reading.read_all(bootstrap, topic, read_committed=True):
+            async for m in reading.read_all(config, topic, read_committed=True):
                 sink(f"partition {m.partition} offset {m.offset}", m.key, m.value)
 
         try:
@@ -426,7 +426,9 @@ def load_anchor_file(path: str, cluster: str | None) -> list[Anchor]:
 # ---- commands --------------------------------------------------------------------------
 
 
-def run_verifier(location: str, verifier: Verifier) -> Verifier:
+def run_verifier(
+    location: str, verifier: Verifier, *, kafka: connection.KafkaConfig | None = None
+) -> Verifier:
     """Scan the whole log through `verifier`; UsageError when the input is not a decision log at all."""
     first: list[str] = []
 
@@ -438,7 +440,7 @@ def run_verifier(location: str, verifier: Verifier) -> Verifier:
                 # The very first record is not a decision: the wrong file, not a damaged log.
                 raise UsageError(f"{location}: not a decision log ({first[0]}: {verifier.problem.detail})")
 
-    scan(location, sink)
+    scan(location, sink, kafka=kafka)
     return verifier
 
 
@@ -469,7 +471,7 @@ def _verify(args: argparse.Namespace) -> Verifier:
         allow_duplicates=args.allow_duplicates,
         pruned=args.pruned,
     )
-    return run_verifier(args.decisions, verifier)
+    return run_verifier(args.decisions, verifier, kafka=connection.for_locations(args))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -549,6 +551,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         "is gone; where it starts is reported",
     )
     p.add_argument("--output", choices=("text", "json"), default="text", help="report format (default text)")
+    connection.add_arguments(p, required=False)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

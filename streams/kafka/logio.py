@@ -12,14 +12,19 @@ import orjson
 from schemas import records
 from schemas.records import event_problem
 from streams.common.errors import UsageError
-from streams.kafka import reading
+from streams.kafka import connection, reading
 
 
 def is_kafka(location: str) -> bool:
     return location.startswith("kafka://")
 
 
-def read_events(location: str, *, on_bad: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def read_events(
+    location: str,
+    *,
+    on_bad: Callable[[str], None] | None = None,
+    kafka: connection.KafkaConfig | None = None,
+) -> list[dict[str, Any]]:
     """Every event of a log, in order, each with its `cluster`.
 
     From a topic, what the worker would dead-letter is left out the same way: a
@@ -30,7 +35,7 @@ def read_events(location: str, *, on_bad: Callable[[str], None] | None = None) -
     """
     if not is_kafka(location):
         return read_trace(Path(location))
-    bootstrap, topic = reading.parse_topic_url(location)
+    config, topic = reading.topic_config(location, kafka)
 
     def bad(where: str, why: str) -> None:
         if on_bad is not None:
@@ -38,7 +43,7 @@ def read_events(location: str, *, on_bad: Callable[[str], None] | None = None) -
 
     async def collect() -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        async for m in reading.read_all(bootstrap, topic):
+        async for m in reading.read_all(config, topic):
             where = f"{topic}/{m.partition}@{m.offset}"
             try:
                 batch = records.decode_envelope(m.value)
@@ -60,14 +65,12 @@ def read_events(location: str, *, on_bad: Callable[[str], None] | None = None) -
     return asyncio.run(collect())
 
 
-def read_decisions(location: str) -> list[dict[str, Any]]:
+def read_decisions(location: str, *, kafka: connection.KafkaConfig | None = None) -> list[dict[str, Any]]:
     if is_kafka(location):
-        bootstrap, topic = reading.parse_topic_url(location)
+        config, topic = reading.topic_config(location, kafka)
 
         async def collect() -> list[dict[str, Any]]:
-            return [
-                orjson.loads(m.value) async for m in reading.read_all(bootstrap, topic, read_committed=True)
-            ]
+            return [orjson.loads(m.value) async for m in reading.read_all(config, topic, read_committed=True)]
 
         return asyncio.run(collect())
     path = Path(location)

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
@@ -53,7 +52,7 @@ from schemas.records import (
 )
 from streams.common import health, options
 from streams.common.errors import UsageError
-from streams.kafka import deadletter, lag
+from streams.kafka import connection, deadletter, lag
 from streams.kafka.deadletter import Origin
 from streams.kafka.sink import KafkaSink, RecordSink
 from streams.kube import api as kube
@@ -410,7 +409,7 @@ class Actuator:
 
     async def consume(
         self,
-        bootstrap: str,
+        kafka: connection.Connect,
         *,
         group_id: str,
         stopping: asyncio.Event,
@@ -431,26 +430,26 @@ class Actuator:
                 continue
             try:
                 if not recovered:
-                    count = await read_back(bootstrap, self)
+                    count = await read_back(kafka, self)
                     log.info("leading: %d outcomes read back from %s", count, self.topics.evictions)
                     recovered = True
                 await self._consume_once(
-                    bootstrap, group_id=group_id, stopping=stopping, session_timeout_ms=session_timeout_ms
+                    kafka, group_id=group_id, stopping=stopping, session_timeout_ms=session_timeout_ms
                 )
                 backoff.reset()
             except lease.NotLeader as exc:
                 log.warning("%s; pausing until the Lease is held again", exc)
-            except (KafkaError, OSError, TimeoutError) as exc:
+            except (KafkaError, OSError, TimeoutError, connection.BrokerUnavailable) as exc:
                 delay = backoff.delay()
                 log.warning("consuming decisions failed (%s); retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
 
     async def _consume_once(
-        self, bootstrap: str, *, group_id: str, stopping: asyncio.Event, session_timeout_ms: int
+        self, kafka: connection.Connect, *, group_id: str, stopping: asyncio.Event, session_timeout_ms: int
     ) -> None:
-        consumer = AIOKafkaConsumer(
+        config = connection.of(kafka)
+        consumer = config.consumer(
             self.topics.decisions,
-            bootstrap_servers=bootstrap,
             group_id=group_id,
             client_id=f"{group_id}-{self._actions.identity}",
             enable_auto_commit=False,
@@ -462,7 +461,7 @@ class Actuator:
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         )
         try:
-            await consumer.start()
+            await connection.start(config, consumer)
             await self._poll(consumer, stopping)
         finally:
             await consumer.stop()
@@ -508,11 +507,11 @@ def _context(decision: DecisionRecord) -> eviction.Context:
     )
 
 
-async def _partitions(bootstrap: str, topic: str) -> list[int]:
+async def _partitions(kafka: connection.KafkaConfig, topic: str) -> list[int]:
     """The topic's partition numbers; none when it does not exist (yet)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
+    admin = kafka.admin()
     try:
+        await connection.start(kafka, admin)
         described = await admin.describe_topics([topic])
     finally:
         await admin.close()
@@ -524,19 +523,20 @@ async def _partitions(bootstrap: str, topic: str) -> list[int]:
     )
 
 
-async def read_back(bootstrap: str, actuator: Actuator, *, timeout_s: float = READ_BACK_TIMEOUT_S) -> int:
+async def read_back(
+    kafka: connection.Connect, actuator: Actuator, *, timeout_s: float = READ_BACK_TIMEOUT_S
+) -> int:
     """Feed every record of the evictions topic to `actuator.recover`; returns the outcomes recovered.
 
     Assigns partitions instead of joining a group: nothing is committed, and every
     actuator reads the whole topic.
     """
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed"
-    )
-    await consumer.start()
+    config = connection.of(kafka)
+    consumer = config.consumer(enable_auto_commit=False, isolation_level="read_committed")
     try:
+        await connection.start(config, consumer)
         topic = actuator.topics.evictions
-        partitions = [TopicPartition(topic, p) for p in await _partitions(bootstrap, topic)]
+        partitions = [TopicPartition(topic, p) for p in await _partitions(config, topic)]
         if not partitions:
             return 0
         consumer.assign(partitions)
@@ -559,10 +559,10 @@ async def read_back(bootstrap: str, actuator: Actuator, *, timeout_s: float = RE
 # ---- command line -------------------------------------------------------------------
 
 ACTUATOR_EXAMPLES = """examples:
-  preemptctl actuator --broker kafka://kafka:9092 --hmac-key-file /etc/preemptctl/hmac.key \\
+  preemptctl actuator --bootstrap-server kafka:9092 --hmac-key-file /etc/preemptctl/hmac.key \\
       --lease-name preemptctl-actuator --lease-namespace preemptctl --identity "$POD_NAME"
-  preemptctl actuator --broker kafka://kafka:9092 --scheduler-name preemptctl-scheduler
-  preemptctl actuator --broker kafka://kafka:9092 --kubeconfig ~/.kube/config --dry-run
+  preemptctl actuator --bootstrap-server kafka:9092 --scheduler-name preemptctl-scheduler
+  preemptctl actuator --bootstrap-server kafka:9093 --kafka-config client.properties --dry-run
 """
 
 
@@ -575,7 +575,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         epilog=ACTUATOR_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--broker", required=True, metavar="URL", help="kafka://host:port[,host:port]")
+    connection.add_arguments(parser)
     component.add_kubernetes_arguments(parser)
     parser.add_argument(
         "--cluster", default=source.DEFAULT_CLUSTER, metavar="NAME", help="act on this cluster's decisions"
@@ -612,14 +612,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_actuator(args: argparse.Namespace) -> int:
     component.configure_logging(args.log_level)
-    bootstrap = component.bootstrap_of(args.broker)
+    kafka = component.kafka_of(args)
     hmac_key = options.load_key(args.hmac_key_file)
     component.check_lease_arguments(args)
-    asyncio.run(_serve(args, bootstrap, hmac_key))
+    asyncio.run(_serve(args, kafka, hmac_key))
     return 0
 
 
-async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | None) -> None:
+async def _serve(args: argparse.Namespace, kafka: connection.KafkaConfig, hmac_key: bytes | None) -> None:
     identity = component.identity(args)
     group_id = args.group_id or f"preemptctl-actuator-{args.cluster}" + ("-dry-run" if args.dry_run else "")
     api = await component.connect(args)
@@ -639,8 +639,8 @@ async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | Non
     )
     try:
         async with health.HealthServer(state, host=args.health_host, port=args.health_port):
-            await component.prepare_broker(bootstrap, create_topics=not args.no_create_topics)
-            async with KafkaSink(bootstrap, client_id=f"preemptctl-actuator-{identity}") as sink:
+            await component.prepare_broker(kafka, create_topics=not args.no_create_topics)
+            async with KafkaSink(kafka, client_id=f"preemptctl-actuator-{identity}") as sink:
                 actuator = Actuator(
                     actions,
                     sink,
@@ -650,9 +650,9 @@ async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | Non
                     elector=elector,
                     scope=tuple(sorted(set(args.scheduler_name))) or None,
                 )
-                lagging = lag.start(bootstrap, args)
+                lagging = lag.start(kafka, args)
                 try:
-                    await _run(actuator, state, bootstrap, group_id=group_id, elector=elector)
+                    await _run(actuator, state, kafka, group_id=group_id, elector=elector)
                 finally:
                     if lagging is not None:
                         lagging.cancel()
@@ -666,20 +666,20 @@ async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | Non
 async def _run(
     actuator: Actuator,
     state: health.Health,
-    bootstrap: str,
+    kafka: connection.KafkaConfig,
     *,
     group_id: str,
     elector: lease.LeaseElector | None,
 ) -> None:
     """Recover, become ready, then consume until SIGTERM (holding the Lease meanwhile)."""
-    recovered = await read_back(bootstrap, actuator)
+    recovered = await read_back(kafka, actuator)
     log.info("%d outcomes read back from %s", recovered, actuator.topics.evictions)
     state.set_ready(True)
     stopping = asyncio.Event()
     component.stop_on_signals(stopping.set)
     electing = asyncio.create_task(elector.run()) if elector else None
     try:
-        await actuator.consume(bootstrap, group_id=group_id, stopping=stopping)
+        await actuator.consume(kafka, group_id=group_id, stopping=stopping)
     finally:
         if electing is not None:
             electing.cancel()

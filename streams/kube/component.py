@@ -1,7 +1,8 @@
 """What every long-running component's command shares: flags, logging, signals, connections.
 
 The source, the worker and the actuator are separate processes (`preemptctl
-source|worker|actuator`) with the same operational surface: `--broker`,
+source|worker|actuator`) with the same operational surface: the Kafka
+connection flags (streams.kafka.client),
 `--kubeconfig/--context`, `--log-level`, `--no-create-topics`, the health
 flags (streams.common.health), SIGTERM/SIGINT for a clean stop, and waiting for a
 broker that starts after them instead of crash-looping.
@@ -23,7 +24,7 @@ from kubernetes_asyncio import client
 
 from streams.common import health
 from streams.common.errors import UsageError
-from streams.kafka import topics
+from streams.kafka import connection, topics
 from streams.kube import api, lease
 
 log = logging.getLogger(__name__)
@@ -122,11 +123,9 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def bootstrap_of(url: str) -> str:
-    try:
-        return topics.parse_broker_url(url)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+def kafka_of(args: argparse.Namespace) -> connection.KafkaConfig:
+    """The Kafka the connection flags name (streams.kafka.client); UsageError when they are wrong."""
+    return connection.from_args(args)
 
 
 def configure_logging(level: str) -> None:
@@ -152,20 +151,21 @@ def stop_on_signals(stop: Callable[[], None]) -> None:
         loop.add_signal_handler(sig, stop)
 
 
-async def prepare_broker(bootstrap: str, *, create_topics: bool) -> None:
-    """Create missing topics, retrying with backoff while the broker is not reachable yet.
+async def prepare_broker(kafka: connection.KafkaConfig, *, create_topics: bool) -> None:
+    """Reach Kafka and create missing topics, retrying with backoff while it does not answer.
 
-    Kafka often starts after (or restarts beside) its clients; waiting here keeps
-    the process live and unready instead of crash-looping.
+    Kafka often starts after (or restarts beside) its clients, and a credential may
+    reach the broker moments after the Secret that holds it: waiting here keeps the
+    process live and unready instead of crash-looping, and each wait says why in one line.
     """
-    if not create_topics:
-        return
     backoff = api.Backoff()
     while True:
         try:
-            await topics.ensure_topics(bootstrap)
+            await connection.reach(kafka)
+            if create_topics:
+                await topics.ensure_topics(kafka)
             return
         except (KafkaError, OSError, topics.BrokerUnavailable) as exc:
             delay = backoff.delay()
-            log.warning("broker %s not ready (%s); retrying in %.1fs", bootstrap, exc, delay)
+            log.warning("%s; retrying in %.1fs", exc, delay)
             await asyncio.sleep(delay)

@@ -69,6 +69,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from schemas import VERSION
 from schemas.records import CLUSTER_EVENTS
 from streams.common import health
+from streams.kafka import connection
 from streams.kafka.sink import PRODUCER_MAX_REQUEST_BYTES, KafkaSink, RecordSink
 from streams.kube import api as kube
 from streams.kube import component, lease
@@ -927,9 +928,10 @@ class Source:
 # ---- command line -----------------------------------------------------------------
 
 SOURCE_EXAMPLES = """examples:
-  preemptctl source --broker kafka://kafka:9092
-  preemptctl source --broker kafka://kafka:9092 --kubeconfig ~/.kube/config --cluster prod-eu1
-  preemptctl source --broker kafka://kafka:9092 --namespace team-a --namespace team-b \\
+  preemptctl source --bootstrap-server kafka:9092
+  preemptctl source --bootstrap-server kafka:9092 --kubeconfig ~/.kube/config --cluster prod-eu1
+  preemptctl source --bootstrap-server kafka-0.kafka:9093 --kafka-config /etc/preemptctl/client.properties
+  preemptctl source --bootstrap-server kafka:9092 --namespace team-a --namespace team-b \\
       --scheduler-name batch-scheduler          beside kube-scheduler: only batch-scheduler's pending pods
 """
 
@@ -943,7 +945,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         epilog=SOURCE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--broker", required=True, metavar="URL", help="kafka://host:port[,host:port]")
+    connection.add_arguments(parser)
     component.add_kubernetes_arguments(parser)
     parser.add_argument(
         "--cluster", default=DEFAULT_CLUSTER, metavar="NAME", help="cluster name: the record key (default)"
@@ -988,7 +990,7 @@ def _positive_float(text: str) -> float:
 
 def cmd_source(args: argparse.Namespace) -> int:
     component.configure_logging(args.log_level)
-    bootstrap = component.bootstrap_of(args.broker)
+    kafka = component.kafka_of(args)
     component.check_lease_arguments(args)
     namespaces = tuple(
         dict.fromkeys(ns.strip() for arg in args.namespace for ns in arg.split(",") if ns.strip())
@@ -999,17 +1001,17 @@ def cmd_source(args: argparse.Namespace) -> int:
         label_selector=args.label_selector,
         scheduler_name=args.scheduler_name,
     )
-    asyncio.run(_serve(args, bootstrap, scope))
+    asyncio.run(_serve(args, kafka, scope))
     return 0
 
 
-async def _serve(args: argparse.Namespace, bootstrap: str, scope: Scope) -> None:
+async def _serve(args: argparse.Namespace, kafka: connection.KafkaConfig, scope: Scope) -> None:
     api = await component.connect(args)
     state = health.Health("source")
     try:
         async with health.HealthServer(state, host=args.health_host, port=args.health_port):
-            await component.prepare_broker(bootstrap, create_topics=not args.no_create_topics)
-            async with KafkaSink(bootstrap, client_id=f"preemptctl-source-{scope.cluster}") as sink:
+            await component.prepare_broker(kafka, create_topics=not args.no_create_topics)
+            async with KafkaSink(kafka, client_id=f"preemptctl-source-{scope.cluster}") as sink:
                 elector = component.elector(args, api, state)
                 source = Source(
                     api,

@@ -38,6 +38,7 @@ from schemas import records
 from streams.common import health as health_mod
 from streams.common import options
 from streams.common.errors import UsageError
+from streams.kafka import connection
 from streams.kafka import topics as kafka_topics
 from streams.kafka.reading import PartitionReader
 from streams.pipeline import metrics, tables, transport
@@ -70,9 +71,24 @@ def transactional_id(group: str, partition: int) -> str:
     return f"{group}-{records.CLUSTER_EVENTS}-{partition}"
 
 
+def faust_credentials(kafka: connection.KafkaConfig) -> faust.types.auth.CredentialsT | None:
+    """What faust's own consumer and producer need to reach `kafka` (its broker_credentials)."""
+    if kafka.sasl:
+        assert kafka.sasl_password is not None
+        return faust.SASLCredentials(
+            username=kafka.sasl_username,
+            password=kafka.sasl_password.reveal(),
+            ssl_context=kafka.ssl_context,
+            mechanism=kafka.sasl_mechanism,
+        )
+    if kafka.tls:
+        return faust.SSLCredentials(kafka.ssl_context)
+    return None
+
+
 def build_app(
     *,
-    bootstrap: str,
+    kafka: connection.Connect,
     store_dir: Path,
     config: config_mod.Config,
     key: bytes | None,
@@ -85,9 +101,11 @@ def build_app(
     snapshots: SnapshotPolicy | None = None,
 ) -> faust.App:
     transport.register()
+    kafka = connection.of(kafka)
     app = faust.App(
         app_id,
-        broker=f"{transport.SCHEME}://{bootstrap}",
+        broker=f"{transport.SCHEME}://{kafka.bootstrap}",
+        broker_credentials=faust_credentials(kafka),
         store="memory://",
         # faust only consumes; publishing and its guarantee are the worker's (above).
         processing_guarantee="at_least_once",
@@ -109,11 +127,11 @@ def build_app(
 
     async def new_outbox(partition: int) -> Outbox:
         if exactly_once:
-            producer = await outbox_mod.start_transactional(bootstrap, transactional_id(app_id, partition))
+            producer = await outbox_mod.start_transactional(kafka, transactional_id(app_id, partition))
             return KafkaOutbox(producer, transactional=True, owns_producer=True, faults=faults)
         if not shared:
-            producer = outbox_mod.new_producer(bootstrap)
-            await producer.start()
+            producer = outbox_mod.new_producer(kafka)
+            await connection.start(kafka, producer)
             shared.append(producer)
         return KafkaOutbox(shared[0], transactional=False, owns_producer=False, faults=faults)
 
@@ -121,7 +139,7 @@ def build_app(
         config=config,
         key=key,
         store_dir=store_dir,
-        reader=lambda: PartitionReader(bootstrap, read_committed=exactly_once),
+        reader=lambda: PartitionReader(kafka, read_committed=exactly_once),
         outbox=new_outbox,
         faults=faults,
         snapshots=snapshots or SnapshotPolicy(),
@@ -183,7 +201,7 @@ def build_app(
 
 
 def cmd(args: argparse.Namespace) -> int:
-    bootstrap = kafka_topics.parse_broker_url(args.broker)
+    kafka = connection.from_args(args)
     tune_gc()
     config = options.load_config(args.config)
     key = options.load_key(args.hmac_key_file)
@@ -194,11 +212,11 @@ def cmd(args: argparse.Namespace) -> int:
     if args.session_timeout <= 0:
         raise UsageError(f"--session-timeout must be positive, got {args.session_timeout}")
     try:
-        asyncio.run(kafka_topics.ensure_worker_topics(bootstrap))
+        asyncio.run(kafka_topics.ensure_worker_topics(kafka))
     except kafka_topics.BrokerUnavailable as exc:
         raise UsageError(str(exc)) from exc
     app = build_app(
-        bootstrap=bootstrap,
+        kafka=kafka,
         store_dir=Path(args.store_dir),
         config=config,
         key=key,
@@ -223,9 +241,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="fold cluster-events and emit decisions (faust app)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  preemptctl worker --broker kafka://127.0.0.1:9092 --store-dir /var/lib/pc",
+        epilog="examples:\n"
+        "  preemptctl worker --bootstrap-server 127.0.0.1:9092 --store-dir /var/lib/pc\n"
+        "  preemptctl worker --bootstrap-server kafka-0.kafka:9093,kafka-1.kafka:9093 \\\n"
+        "      --kafka-config /etc/preemptctl/kafka/client.properties --store-dir /var/lib/pc",
     )
-    p.add_argument("--broker", required=True, help="kafka://host:port")
+    connection.add_arguments(p)
     p.add_argument(
         "--store-dir", default="./preemptctl-state", help="local rocksdict state (default ./preemptctl-state)"
     )

@@ -41,9 +41,9 @@ def test_examples_1_to_4_through_run(broker: str, tmp_path: Path) -> None:
     cluster = _cluster()
     trace = pipeline.with_cluster(traces.example(), cluster)
     asyncio.run(pipeline.produce(broker, cluster, []))  # creates the topics before the worker subscribes
-    worker = start_worker(f"kafka://{broker}", tmp_path, None, None)
+    worker = start_worker(["--bootstrap-server", broker], tmp_path, None, None)
     try:
-        run = Run(bootstrap=broker, trace=trace, config=Config(), key=None)
+        run = Run(kafka=broker, trace=trace, config=Config(), key=None)
         asyncio.run(run.play(until_idle=True, decisions_out=tmp_path / "d.jsonl"))
     finally:
         stop_worker(worker)
