@@ -71,10 +71,39 @@ class Pki:
         crt, key, csr = (self.root / f"{cn}.crt", self.root / f"{cn}.key", self.root / f"{cn}.csr")
         ext = self.root / f"{cn}.ext"
         ext.write_text("extendedKeyUsage=clientAuth\n")
-        _run(openssl, "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
-             "-subj", f"/CN={cn}/O=preemptctl-tests", cwd=self.root)  # fmt: skip
-        _run(openssl, "x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key),
-             "-CAcreateserial", "-out", str(crt), "-days", DAYS, "-extfile", str(ext), cwd=self.root)  # fmt: skip
+        _run(
+            openssl,
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(csr),
+            "-subj",
+            f"/CN={cn}/O=preemptctl-tests",
+            cwd=self.root,
+        )
+        _run(
+            openssl,
+            "x509",
+            "-req",
+            "-in",
+            str(csr),
+            "-CA",
+            str(ca_crt),
+            "-CAkey",
+            str(ca_key),
+            "-CAcreateserial",
+            "-out",
+            str(crt),
+            "-days",
+            DAYS,
+            "-extfile",
+            str(ext),
+            cwd=self.root,
+        )
         return crt, key
 
     def client_p12(self, cn: str, password: str) -> Path:
@@ -82,8 +111,24 @@ class Pki:
         openssl, _ = tools()
         crt, key = self.client_pem(cn)
         p12 = self.root / f"{cn}.p12"
-        _run(openssl, "pkcs12", "-export", "-in", str(crt), "-inkey", str(key), "-certfile", str(self.ca_crt),
-             "-out", str(p12), "-passout", f"pass:{password}", "-name", cn, cwd=self.root)  # fmt: skip
+        _run(
+            openssl,
+            "pkcs12",
+            "-export",
+            "-in",
+            str(crt),
+            "-inkey",
+            str(key),
+            "-certfile",
+            str(self.ca_crt),
+            "-out",
+            str(p12),
+            "-passout",
+            f"pass:{password}",
+            "-name",
+            cn,
+            cwd=self.root,
+        )
         return p12
 
     def other_ca(self) -> tuple[Path, Path]:
@@ -94,10 +139,27 @@ class Pki:
 def _ca(root: Path, name: str) -> tuple[Path, Path]:
     openssl, _ = tools()
     crt, key = root / f"{name}.crt", root / f"{name}.key"
-    _run(openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(crt),
-         "-days", DAYS, "-subj", f"/CN={name}/O=preemptctl-tests",
-         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-         cwd=root)  # fmt: skip
+    _run(
+        openssl,
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(crt),
+        "-days",
+        DAYS,
+        "-subj",
+        f"/CN={name}/O=preemptctl-tests",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=root,
+    )
     return crt, key
 
 
@@ -110,22 +172,102 @@ def make_pki(root: Path) -> Pki:
     keystore, truststore = root / "broker.p12", root / "truststore.p12"
     store = ("-storetype", "PKCS12", "-storepass", password)
     san = "SAN=IP:127.0.0.1,DNS:localhost"
-    _run(keytool, "-genkeypair", "-keystore", str(keystore), *store, "-keypass", password, "-alias", "broker",
-         "-keyalg", "RSA", "-keysize", "2048", "-validity", DAYS, "-dname", f"CN={BROKER_CN},O=preemptctl-tests",
-         "-ext", san, cwd=root)  # fmt: skip
-    _run(keytool, "-certreq", "-keystore", str(keystore), *store, "-alias", "broker", "-ext", san,
-         "-file", "broker.csr", cwd=root)  # fmt: skip
+    _run(
+        keytool,
+        "-genkeypair",
+        "-keystore",
+        str(keystore),
+        *store,
+        "-keypass",
+        password,
+        "-alias",
+        "broker",
+        "-keyalg",
+        "RSA",
+        "-keysize",
+        "2048",
+        "-validity",
+        DAYS,
+        "-dname",
+        f"CN={BROKER_CN},O=preemptctl-tests",
+        "-ext",
+        san,
+        cwd=root,
+    )
+    _run(
+        keytool,
+        "-certreq",
+        "-keystore",
+        str(keystore),
+        *store,
+        "-alias",
+        "broker",
+        "-ext",
+        san,
+        "-file",
+        "broker.csr",
+        cwd=root,
+    )
     (root / "broker.ext").write_text(
         "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n"
     )
-    _run(openssl, "x509", "-req", "-in", "broker.csr", "-CA", str(ca_crt), "-CAkey", str(ca_key),
-         "-CAcreateserial", "-out", "broker.crt", "-days", DAYS, "-extfile", "broker.ext", cwd=root)  # fmt: skip
-    _run(keytool, "-importcert", "-keystore", str(keystore), *store, "-alias", "ca", "-file", str(ca_crt),
-         "-noprompt", cwd=root)  # fmt: skip
-    _run(keytool, "-importcert", "-keystore", str(keystore), *store, "-alias", "broker", "-file", "broker.crt",
-         cwd=root)  # fmt: skip
-    _run(keytool, "-importcert", "-keystore", str(truststore), *store, "-alias", "ca", "-file", str(ca_crt),
-         "-noprompt", cwd=root)  # fmt: skip
+    _run(
+        openssl,
+        "x509",
+        "-req",
+        "-in",
+        "broker.csr",
+        "-CA",
+        str(ca_crt),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-out",
+        "broker.crt",
+        "-days",
+        DAYS,
+        "-extfile",
+        "broker.ext",
+        cwd=root,
+    )
+    _run(
+        keytool,
+        "-importcert",
+        "-keystore",
+        str(keystore),
+        *store,
+        "-alias",
+        "ca",
+        "-file",
+        str(ca_crt),
+        "-noprompt",
+        cwd=root,
+    )
+    _run(
+        keytool,
+        "-importcert",
+        "-keystore",
+        str(keystore),
+        *store,
+        "-alias",
+        "broker",
+        "-file",
+        "broker.crt",
+        cwd=root,
+    )
+    _run(
+        keytool,
+        "-importcert",
+        "-keystore",
+        str(truststore),
+        *store,
+        "-alias",
+        "ca",
+        "-file",
+        str(ca_crt),
+        "-noprompt",
+        cwd=root,
+    )
     return Pki(root, password, ca_crt, ca_key, keystore, truststore)
 
 

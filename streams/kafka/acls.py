@@ -90,7 +90,10 @@ def required(
             Acl(GROUP, actuator_group, LITERAL, ("Read",)),
         ]
         if measures_lag:  # streams.kafka.lag: end offsets of cluster-events, the worker group's offsets
-            acls += [_topic(names.cluster_events, "Describe"), Acl(GROUP, worker_group, LITERAL, ("Describe",))]
+            acls += [
+                _topic(names.cluster_events, "Describe"),
+                Acl(GROUP, worker_group, LITERAL, ("Describe",)),
+            ]
     elif component == "auditor":
         acls += [Acl(TOPIC, names.prefix, PREFIX, ("Describe", "Read"))]
     else:
