@@ -19,11 +19,14 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from aiokafka.protocol.admin import CreateAclsRequest
+from aiokafka.protocol.admin import CreateAclsRequest, DescribeAclsRequest
 
 from streams.brokers import kafka_local
 from streams.kafka import acls, connection
 
+# A granted ACL reaches the broker's authorizer through the metadata log: polled until it does.
+ACL_VISIBLE_TIMEOUT_S = 30.0
+_ANY = 1  # the ANY filter value of DescribeAcls' resource type, pattern, operation and permission
 # openssl and keytool each take well under a second here; a wedged tool must not hang the session.
 TOOL_TIMEOUT_S = 60.0
 # Test certificates live as long as a test session could.
@@ -336,6 +339,7 @@ async def grant(kafka: connection.KafkaConfig, principal: str, granted: Iterable
     """Create `granted` for `User:principal` with CreateAcls, as `kafka`'s (super) user."""
     admin = kafka.admin()
     await connection.start(kafka, admin)
+    granted = list(granted)
     try:
         for acl in granted:
             for operation in acl.operations:
@@ -352,7 +356,31 @@ async def grant(kafka: connection.KafkaConfig, principal: str, granted: Iterable
                 for code, message in response.creation_responses:
                     if code:
                         raise RuntimeError(f"CreateAcls {acl} {operation} for {principal}: {code} {message}")
-        # ACLs reach the authorizer through the metadata log: give it a moment to apply them.
-        await asyncio.sleep(0.5)
+        for acl in granted:
+            await _until_visible(admin, principal, acl)
     finally:
         await admin.close()
+
+
+async def _until_visible(admin: object, principal: str, acl: acls.Acl) -> None:
+    """Until the broker itself (DescribeAcls answers from its authorizer) shows `acl` granted."""
+    request = DescribeAclsRequest(
+        acls.RESOURCE_CODES[acl.resource],
+        acl.name,
+        acls.PATTERN_CODES[acl.pattern],
+        f"User:{principal}",
+        None,  # type: ignore[arg-type]
+        _ANY,
+        _ANY,
+    )
+    wanted = {acls.OPERATION_CODES[op] for op in acl.operations}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ACL_VISIBLE_TIMEOUT_S
+    while True:
+        response = await admin._send_request(request)  # type: ignore[attr-defined]
+        seen = {entry[2] for resource in response.resources for entry in resource[-1]}
+        if wanted <= seen:
+            return
+        if loop.time() > deadline:
+            raise TimeoutError(f"ACLs of {principal} not visible after {ACL_VISIBLE_TIMEOUT_S:g} s")
+        await asyncio.sleep(0.1)

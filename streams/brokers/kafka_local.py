@@ -137,7 +137,7 @@ def _secured_listeners(security: Security, *, port: int, tls_port: int, controll
         # mTLS on the SSL and controller listeners; SASL_SSL clients authenticate by SASL.
         "listener.name.ssl.ssl.client.auth=required",
         "listener.name.controller.ssl.client.auth=required",
-        "ssl.principal.mapping.rules=RULE:^CN=([^,]+).*$/$1/,DEFAULT",
+        "ssl.principal.mapping.rules=RULE:^(.*,)?CN=([^,]+)(,.*)?$/$2/,DEFAULT",
         "listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256"
         + (",PLAIN" if security.plain_users else ""),
         f"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={scram}",

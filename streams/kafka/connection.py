@@ -704,7 +704,9 @@ def _reason(exc: BaseException) -> tuple[str, bool]:
         return "connection refused", False
     if isinstance(exc, KafkaError):
         name = type(exc).__name__
-        text = str(exc).split("\n")[0]
+        # aiokafka's str() is "[Error 58] SaslAuthenticationFailed: what the broker said".
+        text = re.sub(r"^\[Error -?\d+\] \w+(: )?", "", str(exc).split("\n")[0]).strip()
+        name = name.removesuffix("Error") if name.endswith("FailedError") else name
         auth = "Sasl" in name or "Authentication" in name or "Authorization" in name
         if auth or "Unsupported" in name:
             return f"{name}: {text}" if text and text != name else name, True
@@ -713,6 +715,39 @@ def _reason(exc: BaseException) -> tuple[str, bool]:
     if isinstance(exc, OSError):
         return exc.strerror or str(exc) or type(exc).__name__, False
     return f"{type(exc).__name__}: {exc}", False
+
+
+# ApiVersions v0, correlation id 1, client id "preemptctl-probe": the first request of every client.
+_API_VERSIONS = b"\x00\x12\x00\x00\x00\x00\x00\x01\x00\x10preemptctl-probe"
+
+
+async def _tls_refusal(config: KafkaConfig, host: str, port: int) -> str | None:
+    """Why a TLS broker closed the connection right after the handshake, if it said so.
+
+    With TLS 1.3 a broker that refuses the client's certificate (none, or one of a CA it
+    does not trust) sends its alert after the handshake; aiokafka only sees a closed
+    connection. Asked again directly, the alert comes back as an SSLError naming it.
+    """
+    try:
+        reader, writer = await asyncio.open_connection(
+            host, port, ssl=config.ssl_context, server_hostname=host if config.check_hostname else None
+        )
+    except (OSError, ssl.SSLError):
+        return None
+    try:
+        writer.write(len(_API_VERSIONS).to_bytes(4, "big") + _API_VERSIONS)
+        await writer.drain()
+        await reader.readexactly(4)
+    except ssl.SSLError as exc:
+        return f"TLS: the broker refused the connection ({exc.reason or exc}): is the client certificate "
+        "one the broker trusts?"
+    except (OSError, asyncio.IncompleteReadError):
+        return None
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError, ssl.SSLError):
+            await writer.wait_closed()
+    return None
 
 
 async def _probe(config: KafkaConfig, host: str, port: int) -> None:
@@ -772,6 +807,9 @@ async def reach(kafka: Connect, *, timeout_s: float | None = None) -> None:
                 return
             except (OSError, KafkaError, TimeoutError, ssl.SSLError) as exc:
                 reason, auth = _reason(exc)
+                if config.tls and not auth and isinstance(exc, KafkaError):
+                    refused = await _tls_refusal(config, host, port)
+                    reason, auth = (refused, True) if refused else (reason, auth)
                 last[f"{host}:{port}"] = reason
                 if auth:
                     raise BrokerUnreachable(

@@ -269,23 +269,33 @@ async def ensure_topics(kafka: connection.Connect, topics: Iterable[TopicSpec] =
     return created
 
 
-async def ensure_worker_topics(kafka: connection.Connect) -> int:
+async def ensure_worker_topics(
+    kafka: connection.Connect, layout: Layout = DEFAULT_LAYOUT, *, create: bool = True
+) -> int:
     """Make sure the worker can run: the topics exist, each with at least cluster-events' partitions.
 
     The worker writes the output of cluster-events partition p to partition p of
     the decisions, dead-letter and snapshots topics, so those need as many
     partitions. Missing topics are created with cluster-events' count (a new
-    snapshots topic included). Returns that count; BrokerUnavailable (one line)
-    naming a topic with too few partitions.
+    snapshots topic included) unless `create` is off (the operator creates them).
+    Returns that count; BrokerUnavailable (one line) naming a topic missing or
+    with too few partitions.
     """
+    names = layout.names
     counts = await partition_counts(kafka)
-    partitions = counts.get(CLUSTER_EVENTS) or DEFAULT_PARTITIONS
-    await ensure_topics(kafka, topic_specs(partitions=partitions))
-    counts = await partition_counts(kafka)
-    for name in (DECISIONS, DEAD_LETTER, SNAPSHOTS):
-        if counts.get(name, 0) < partitions:
+    partitions = counts.get(names.cluster_events) or DEFAULT_PARTITIONS
+    if create:
+        await ensure_topics(kafka, layout.specs(partitions=partitions))
+        counts = await partition_counts(kafka)
+    for name in (names.cluster_events, names.decisions, names.dead_letter, names.snapshots):
+        if name not in counts:
             raise BrokerUnavailable(
-                f"topic {name} has {counts.get(name, 0)} partition(s), fewer than {CLUSTER_EVENTS}'s "
+                f"topic {name} does not exist (or this principal may not Describe it) on "
+                f"{connection.of(kafka).describe()}: create it, or run the worker without --no-create-topics"
+            )
+        if counts[name] < partitions:
+            raise BrokerUnavailable(
+                f"topic {name} has {counts[name]} partition(s), fewer than {names.cluster_events}'s "
                 f"{partitions}: the worker writes partition p's output to partition p"
             )
     return partitions

@@ -212,7 +212,7 @@ def cmd(args: argparse.Namespace) -> int:
     if args.session_timeout <= 0:
         raise UsageError(f"--session-timeout must be positive, got {args.session_timeout}")
     try:
-        asyncio.run(kafka_topics.ensure_worker_topics(kafka))
+        asyncio.run(kafka_topics.ensure_worker_topics(kafka, create=not args.no_create_topics))
     except kafka_topics.BrokerUnavailable as exc:
         raise UsageError(str(exc)) from exc
     app = build_app(
@@ -259,6 +259,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="exactly_once: transactional publishing and fencing (Kafka with transactions only)",
     )
     p.add_argument("--group", default="preemptctl-worker", help="consumer group / faust app id")
+    p.add_argument(
+        "--no-create-topics",
+        action="store_true",
+        help="do not create missing topics (the operator made them; the principal has no Create ACL)",
+    )
     p.add_argument(
         "--session-timeout",
         type=float,
