@@ -427,3 +427,18 @@ def test_the_session_timeout_reaches_the_consumer_group(tmp_path: Path) -> None:
     assert built.conf.broker_session_timeout == 17.0
     assert built.conf.broker_heartbeat_interval <= 17.0 / 3
     assert built.conf.producer_max_request_size == topics.RECORD_MAX_BYTES
+
+
+def test_a_signed_decision_names_its_key_in_a_header() -> None:
+    """The worker's key id travels in a header (the actuator picks the key by it); the value is the
+    record unchanged, so the chain and a replay do not depend on which key signed."""
+    from schemas import chain
+    from streams.common import signing
+
+    record: Any = {"v": 1, "id": "c/1/p", "cluster": "c", "ts": "2026-01-01T00:00:00Z", "preemptor": "d/p"}
+    signed = chain.seal(dict(record), chain.GENESIS, b"signing-key")
+    sent = outbox.decision(signed, partition=0, key_id="k2")
+    assert (signing.KEY_ID_HEADER, b"k2") in sent.headers
+    assert sent.value == records.encode(signed)
+    unsigned = outbox.decision(chain.seal(dict(record), chain.GENESIS), partition=0, key_id="k2")
+    assert signing.KEY_ID_HEADER not in dict(unsigned.headers)

@@ -35,8 +35,8 @@ import orjson
 from aiokafka.errors import KafkaError
 
 from schemas import chain
+from streams.common import signing
 from streams.common.errors import UsageError
-from streams.common.options import load_key
 from streams.kafka import connection, logio, reading
 
 EXIT_INTACT = 0
@@ -205,6 +205,8 @@ class Verifier:
     """
 
     key: bytes | None = None
+    # Accepted signing keys (rotation: a log holds records of several); `key` is one of any id.
+    keys: signing.Keyring | None = None
     cluster: str | None = None  # only this cluster's records; the others are skipped
     allow_duplicates: bool = False
     pruned: bool = False  # the oldest records may be gone (retention): a chain may start mid-way
@@ -260,13 +262,17 @@ class Verifier:
         if chain.digest(prev, record) != own:
             self._fail(where, EDITED, "hash does not match the record's content", record)
             return
-        if self.key is not None:
-            if not isinstance(record.get("sig"), str):
+        keys = self.keys
+        if keys is None and self.key is not None:
+            keys = self.keys = signing.Keyring({signing.ANY_KEY_ID: self.key})
+        if keys is not None:
+            sig = record.get("sig")
+            if not isinstance(sig, str):
                 self._fail(
                     where, UNSIGNED, "no sig, and a key was given: every record must be signed", record
                 )
                 return
-            if not chain.verify_signature(self.key, record):
+            if signing.verify_with(keys, None, own, sig) is None:
                 self._fail(
                     where, BAD_SIGNATURE, "sig does not verify with the key (forged, or another key)", record
                 )
@@ -458,7 +464,7 @@ def _summary(v: Verifier) -> str:
         extra.append(f"{v.skipped} of other clusters skipped")
     if v.duplicates:
         extra.append(f"{v.duplicates} identical duplicate(s) skipped")
-    if v.key is not None:
+    if v.keys is not None:
         extra.append("all signed")
     return "; ".join(parts) + (f" ({', '.join(extra)})" if extra else "")
 
@@ -466,7 +472,7 @@ def _summary(v: Verifier) -> str:
 def _verify(args: argparse.Namespace) -> Verifier:
     """Run the chain check that `verify` and `head` share, as their common flags say."""
     verifier = Verifier(
-        key=load_key(args.hmac_key_file),
+        keys=signing.keyring_from_args(args),
         cluster=args.cluster,
         allow_duplicates=args.allow_duplicates,
         pruned=args.pruned,
@@ -533,10 +539,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "decisions", metavar="DECISIONS", help="decision log: JSONL file or kafka://host:port/topic"
     )
-    p.add_argument(
-        "--hmac-key-file",
-        metavar="F",
-        help="the key the records were signed with: every record must carry a valid sig",
+    signing.add_verification_arguments(
+        p, what="every record must carry a sig that verifies with one of the keys (several: a rotation)"
     )
     p.add_argument("--cluster", metavar="NAME", help="only this cluster's chain (others are skipped)")
     p.add_argument(

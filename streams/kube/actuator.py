@@ -2,8 +2,10 @@
 
 This module owns a decision record's path through the actuator:
 1. Decode and verify. Malformed records, records whose hash does not match
-   their content, and, when an HMAC key is configured, unsigned or forged ones
-   go to preemption.dead-letter unchanged, with their origin and the reason.
+   their content, and, when signing keys are configured (streams.common.signing),
+   unsigned ones, forged ones and ones signed with a key that is not (or no
+   longer) accepted go to preemption.dead-letter unchanged, with their origin
+   and the reason.
 2. Decisions of other clusters are skipped; only `preempt` decisions act.
 3. The preemptor is nominated (a preemptor of a scheduler outside `--scheduler-name`,
    gone, recreated or already bound refuses the decision: no victim is touched),
@@ -31,7 +33,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -50,7 +52,7 @@ from schemas.records import (
     EvictionRecord,
     VictimRecord,
 )
-from streams.common import health, options
+from streams.common import health, signing
 from streams.common.errors import UsageError
 from streams.kafka import connection, deadletter, lag
 from streams.kafka.deadletter import Origin
@@ -141,7 +143,11 @@ class UnsignedDecision(Refused):
 
 
 class ForgedDecision(Refused):
-    """A signature that does not verify with the configured HMAC key."""
+    """A signature that does not verify with the key it names (or, naming none, with any accepted key)."""
+
+
+class UnacceptedKey(Refused):
+    """Signed with a key id the actuator does not accept: a retired key, or one never issued to it."""
 
 
 def _require(condition: bool, message: str) -> None:
@@ -149,8 +155,20 @@ def _require(condition: bool, message: str) -> None:
         raise MalformedDecision(message)
 
 
-def verify(value: bytes, *, hmac_key: bytes | None) -> DecisionRecord:
-    """Parse and check one decision record; a Refused subclass says why it is refused."""
+def verify(
+    value: bytes,
+    *,
+    hmac_key: bytes | None = None,
+    keys: signing.Keyring | None = None,
+    key_id: str | None = None,
+) -> DecisionRecord:
+    """Parse and check one decision record; a Refused subclass says why it is refused.
+
+    `keys` are the accepted signing keys (`hmac_key`: one, of any id), `key_id` the
+    signing key the record's header names (signing.KEY_ID_HEADER), if any.
+    """
+    if keys is None and hmac_key is not None:
+        keys = signing.Keyring({signing.ANY_KEY_ID: hmac_key})
     try:
         record = records.decode(value)
     except records.DecodeError as exc:
@@ -168,11 +186,20 @@ def verify(value: bytes, *, hmac_key: bytes | None) -> DecisionRecord:
         _require(victim.get("action") in ACTIONS, f"victims[{i}]: unknown action {victim.get('action')!r}")
     if chain.digest(record["prevHash"], record) != record["hash"]:
         raise TamperedDecision("hash does not match the record's content")
-    if hmac_key is not None:
-        if not isinstance(record.get("sig"), str):
-            raise UnsignedDecision("no signature, and an HMAC key is configured")
-        if not chain.verify_signature(hmac_key, record):
-            raise ForgedDecision("signature does not verify with the configured key")
+    if keys is not None:
+        sig = record.get("sig")
+        if not isinstance(sig, str):
+            raise UnsignedDecision("no signature, and signing keys are configured")
+        accepted = keys.key_ids()
+        if key_id is not None and key_id not in accepted and signing.ANY_KEY_ID not in accepted:
+            raise UnacceptedKey(
+                f"signed with key {key_id!r}, which is not accepted (accepted: {', '.join(accepted)}): "
+                "a retired key, or one never issued"
+            )
+        wanted = None if signing.ANY_KEY_ID in accepted else key_id
+        if signing.verify_with(keys, wanted, record["hash"], sig) is None:
+            named = f"key {key_id!r}" if wanted is not None else "any accepted key"
+            raise ForgedDecision(f"signature does not verify with {named}")
     return cast(DecisionRecord, record)
 
 
@@ -200,6 +227,7 @@ class Actuator:
         *,
         cluster: str = source.DEFAULT_CLUSTER,
         hmac_key: bytes | None = None,
+        keys: signing.Keyring | None = None,
         elector: lease.LeaseElector | None = None,
         topics: Topics = Topics(),
         scope: tuple[str, ...] | None = None,
@@ -213,7 +241,10 @@ class Actuator:
         self._sink = sink
         self._ledger = ledger
         self._cluster = cluster
-        self._hmac_key = hmac_key
+        # `hmac_key`: one accepted key of any id (tests, and the one-key form of before key ids).
+        self._keys = (
+            keys if keys is not None or hmac_key is None else signing.Keyring({signing.ANY_KEY_ID: hmac_key})
+        )
         self._elector = elector
 
     @property
@@ -241,10 +272,18 @@ class Actuator:
 
     # ---- one decision --------------------------------------------------------------
 
-    async def handle(self, value: bytes, *, key: bytes | None, origin: Origin) -> list[EvictionRecord]:
+    async def handle(
+        self,
+        value: bytes,
+        *,
+        key: bytes | None,
+        origin: Origin,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> list[EvictionRecord]:
         """Act on one decision record; returns the outcomes written (none for a duplicate)."""
+        key_id = next((v.decode("utf-8", "replace") for k, v in headers if k == signing.KEY_ID_HEADER), None)
         try:
-            decision = verify(value, hmac_key=self._hmac_key)
+            decision = verify(value, keys=self._keys, key_id=key_id)
         except Refused as exc:
             await self._dead_letter(value, key, origin, exc)
             return []
@@ -475,7 +514,9 @@ class Actuator:
                 for message in messages:
                     origin = Origin(tp.topic, tp.partition, message.offset)
                     # A null value (a tombstone) is malformed input like any other: dead-lettered.
-                    await self.handle(message.value or b"", key=message.key, origin=origin)
+                    await self.handle(
+                        message.value or b"", key=message.key, origin=origin, headers=message.headers or ()
+                    )
                     await consumer.commit({tp: message.offset + 1})
 
 
@@ -559,7 +600,7 @@ async def read_back(
 # ---- command line -------------------------------------------------------------------
 
 ACTUATOR_EXAMPLES = """examples:
-  preemptctl actuator --bootstrap-server kafka:9092 --hmac-key-file /etc/preemptctl/hmac.key \\
+  preemptctl actuator --bootstrap-server kafka:9092 --hmac-keys-dir /etc/preemptctl/signing \\
       --lease-name preemptctl-actuator --lease-namespace preemptctl --identity "$POD_NAME"
   preemptctl actuator --bootstrap-server kafka:9092 --scheduler-name preemptctl-scheduler
   preemptctl actuator --bootstrap-server kafka:9093 --kafka-config client.properties --dry-run
@@ -591,10 +632,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="act only for preemptors of this scheduler (repeatable; the source's --scheduler-name): "
         "any other decision is refused, no victim touched (default: any scheduler)",
     )
-    parser.add_argument(
-        "--hmac-key-file",
-        metavar="F",
-        help="refuse decisions not signed with this key (to the dead-letter topic)",
+    signing.add_verification_arguments(
+        parser, what="refuse (dead-letter) decisions not signed by an accepted key"
     )
     component.add_lease_arguments(parser, what="act (when several actuators run)")
     parser.add_argument(
@@ -613,13 +652,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_actuator(args: argparse.Namespace) -> int:
     component.configure_logging(args.log_level)
     kafka = component.kafka_of(args)
-    hmac_key = options.load_key(args.hmac_key_file)
+    keys = signing.keyring_from_args(args)
     component.check_lease_arguments(args)
-    asyncio.run(_serve(args, kafka, hmac_key))
+    asyncio.run(_serve(args, kafka, keys))
     return 0
 
 
-async def _serve(args: argparse.Namespace, kafka: connection.KafkaConfig, hmac_key: bytes | None) -> None:
+async def _serve(
+    args: argparse.Namespace, kafka: connection.KafkaConfig, keys: signing.Keyring | None
+) -> None:
     identity = component.identity(args)
     group_id = args.group_id or f"preemptctl-actuator-{args.cluster}" + ("-dry-run" if args.dry_run else "")
     api = await component.connect(args)
@@ -646,7 +687,7 @@ async def _serve(args: argparse.Namespace, kafka: connection.KafkaConfig, hmac_k
                     sink,
                     ledger,
                     cluster=args.cluster,
-                    hmac_key=hmac_key,
+                    keys=keys,
                     elector=elector,
                     scope=tuple(sorted(set(args.scheduler_name))) or None,
                 )

@@ -36,7 +36,7 @@ import faust
 from engine import config as config_mod
 from schemas import records
 from streams.common import health as health_mod
-from streams.common import options
+from streams.common import options, signing
 from streams.common.errors import UsageError
 from streams.kafka import connection
 from streams.kafka import topics as kafka_topics
@@ -93,6 +93,7 @@ def build_app(
     config: config_mod.Config,
     key: bytes | None,
     guarantee: str,
+    key_id: str | None = None,
     app_id: str = "preemptctl-worker",
     health_host: str = health_mod.DEFAULT_HOST,
     health_port: int | None = None,
@@ -138,6 +139,7 @@ def build_app(
     setup = Setup(
         config=config,
         key=key,
+        key_id=key_id,
         store_dir=store_dir,
         reader=lambda: PartitionReader(kafka, read_committed=exactly_once),
         outbox=new_outbox,
@@ -204,7 +206,7 @@ def cmd(args: argparse.Namespace) -> int:
     kafka = connection.from_args(args)
     tune_gc()
     config = options.load_config(args.config)
-    key = options.load_key(args.hmac_key_file)
+    signing_key = signing.load_signing_key(args.hmac_key_file, args.hmac_key_id)
     try:
         faults = Faults.parse(args.inject_fault or ())
     except ValueError as exc:
@@ -219,7 +221,8 @@ def cmd(args: argparse.Namespace) -> int:
         kafka=kafka,
         store_dir=Path(args.store_dir),
         config=config,
-        key=key,
+        key=signing_key.secret if signing_key else None,
+        key_id=signing_key.key_id if signing_key else None,
         guarantee=args.processing_guarantee,
         app_id=args.group,
         health_host=args.health_host,
@@ -251,7 +254,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--store-dir", default="./preemptctl-state", help="local rocksdict state (default ./preemptctl-state)"
     )
     p.add_argument("--config", help="engine config YAML (conformance/FORMAT.md config keys)")
-    p.add_argument("--hmac-key-file", help="sign decision records with this key")
+    p.add_argument("--hmac-key-file", metavar="F", help="sign decision records with this key")
+    p.add_argument(
+        "--hmac-key-id",
+        metavar="ID",
+        help="the key's id, sent with each decision (default: the key file's name); docs/topics.md",
+    )
     p.add_argument(
         "--processing-guarantee",
         choices=("at_least_once", "exactly_once"),

@@ -38,6 +38,7 @@ from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 
 from schemas import cloudevent, records
 from schemas.records import DecisionRecord
+from streams.common import signing
 from streams.kafka import connection, deadletter, topics
 from streams.kafka.deadletter import Origin
 from streams.kafka.memory import MemoryBroker
@@ -82,14 +83,19 @@ class Outgoing:
 # ---- building records ----------------------------------------------------------------------
 
 
-def decision(record: DecisionRecord, *, partition: int, encoded: bytes | None = None) -> Outgoing:
+def decision(
+    record: DecisionRecord, *, partition: int, encoded: bytes | None = None, key_id: str | None = None
+) -> Outgoing:
     """A decision record, keyed by its cluster (DESIGN §5); its size is held by the controller.
 
     `encoded`: the record's bytes when the caller has them (the controller encodes
-    each decision once, to hold it to the size limit).
+    each decision once, to hold it to the size limit). `key_id`: the id of the key
+    that signed it, in the signing.KEY_ID_HEADER header (the actuator verifies with it).
     """
     value = encoded if encoded is not None else records.encode(record)
     headers = tuple(cloudevent.decision_headers(record))  # CloudEvents binary mode (docs/topics.md)
+    if key_id is not None and record.get("sig"):
+        headers += ((signing.KEY_ID_HEADER, key_id.encode()),)
     return Outgoing(records.DECISIONS, partition, record["cluster"].encode(), value, headers)
 
 
