@@ -22,6 +22,12 @@ In one run, on one broker (the embedded tansu by default, or the one
 With `--compare-tree DIR` (another checkout, e.g. the base branch), the fold
 rate is measured alternately for this tree and that one, each on a fresh
 embedded broker, and reported side by side.
+5. projection (`--projection-runs`, 0 to skip): the fold log's objects dressed
+   as a real API server holds them (streams.sim.apiserver: env, command lines,
+   volumes, probes, last-applied-configuration, container statuses; node
+   images), folded as the source used to write them (whole) and as it writes
+   them now (engine.projection), alternately, each on a fresh embedded broker:
+   the fold rate of each, side by side, and the mean event size of each.
 The result is one JSON object; the pipeline is reported as ratios of the raw rates.
 """
 
@@ -46,6 +52,7 @@ import orjson
 from aiokafka import TopicPartition
 
 from engine import cluster as cluster_mod
+from engine import projection
 from engine.config import Config
 from schemas import VERSION, records
 from streams.bench import machine
@@ -57,7 +64,7 @@ from streams.pipeline import snapshot
 from streams.pipeline.controller import Controller
 from streams.pipeline.store import Store
 from streams.pipeline.worker import PartitionWorker, Setup, fingerprint
-from streams.sim import simulator, traces, workloads
+from streams.sim import apiserver, simulator, traces, workloads
 
 RAW_MESSAGES = 50_000
 RAW_VALUE = b"x" * 1024
@@ -223,6 +230,39 @@ def fold_rate(
         "fold_events_per_s": round(rate, 1),
         "worker_busy_events_per_s": round(last_n / seconds, 1) if seconds else None,
         "record_mean_ms": round(seconds / count * 1000, 3) if count else None,
+    }
+
+
+def fold_projection_side_by_side(
+    log: list[dict[str, Any]], per_record: int, tmp: Path, runs: int
+) -> dict[str, Any]:
+    """The fold rate of whole objects against their projections, alternately on fresh embedded brokers."""
+    whole = apiserver.dress_log(log)
+    projected = [
+        {**e, "object": projection.project(e["object"])} if isinstance(e.get("object"), dict) else e
+        for e in whole
+    ]
+    rates: dict[str, list[float]] = {"whole": [], "projected": []}
+    for _ in range(runs):
+        for label, events in (("whole", whole), ("projected", projected)):
+            with embedded.EmbeddedBroker() as broker:
+                kafka = connection.KafkaConfig(bootstrap=broker.bootstrap)
+                asyncio.run(topics.ensure_topics(kafka))
+                rates[label].append(
+                    fold_rate(["--broker", broker.url], kafka, events, per_record, tmp)["fold_events_per_s"]
+                )
+
+    def mean_bytes(events: list[dict[str, Any]]) -> int:
+        return round(sum(len(orjson.dumps(e)) for e in events) / max(1, len(events)))
+
+    return {
+        "projection_fold_whole_events_per_s": rates["whole"],
+        "projection_fold_projected_events_per_s": rates["projected"],
+        "projection_fold_projected_vs_whole_median": round(
+            statistics.median(rates["projected"]) / statistics.median(rates["whole"]), 3
+        ),
+        "projection_event_bytes_whole_mean": mean_bytes(whole),
+        "projection_event_bytes_projected_mean": mean_bytes(projected),
     }
 
 
@@ -466,6 +506,11 @@ def cmd(args: argparse.Namespace) -> int:
             if args.compare_tree
             else {}
         )
+        projected = (
+            fold_projection_side_by_side(log, args.events_per_record, tmp, args.projection_runs)
+            if args.projection_runs
+            else {}
+        )
         rec = (
             recovery(kafka, args.recovery_pods, args.recovery_history, args.recovery_suffix, tmp)
             if args.recovery_pods
@@ -479,6 +524,7 @@ def cmd(args: argparse.Namespace) -> int:
         **fold,
         "fold_vs_raw_produce": round(fold["fold_events_per_s"] / produce, 3),
         **compared,
+        **projected,
         **lat,
         **rec,
         "machine": machine.describe(),
@@ -529,6 +575,12 @@ def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--compare-tree", metavar="DIR", help="another checkout: fold rates side by side with it")
     p.add_argument(
         "--compare-runs", type=int, default=2, help="runs per tree with --compare-tree (default 2)"
+    )
+    p.add_argument(
+        "--projection-runs",
+        type=int,
+        default=2,
+        help="fold runs each of whole objects and of their projections, alternately (default 2; 0 skips)",
     )
     p.add_argument("--output", choices=("json", "text"), default="text")
     p.set_defaults(func=cmd)
