@@ -22,7 +22,7 @@ from prometheus_client import REGISTRY
 
 from engine.config import Config
 from schemas import records
-from streams.common.health import Health, HealthServer
+from streams.common.health import Health, RouteServer
 from streams.kafka import topics
 from streams.kafka.deadletter import Origin
 from streams.pipeline import fold, outbox, snapshot, tables
@@ -281,9 +281,7 @@ def test_the_tables_are_readable_over_http(tmp_path: Path) -> None:
         parts = Partitions(p.setup)
         await parts.assign([0])
         await asyncio.gather(*parts.opening.values())
-        server = await HealthServer(
-            Health("worker"), host="127.0.0.1", port=0, routes=tables.routes(parts)
-        ).start()
+        server = await RouteServer(tables.routes(parts), port=0).start()
         base = f"http://127.0.0.1:{server.port}"
         try:
             async with aiohttp.ClientSession() as http:

@@ -97,6 +97,8 @@ def build_app(
     app_id: str = "preemptctl-worker",
     health_host: str = health_mod.DEFAULT_HOST,
     health_port: int | None = None,
+    tables_host: str = health_mod.LOCALHOST,
+    tables_port: int | None = None,
     session_timeout: float = SESSION_TIMEOUT_S,
     faults: Faults = NONE,
     snapshots: SnapshotPolicy | None = None,
@@ -159,11 +161,18 @@ def build_app(
     if health_port is not None:
 
         async def serve_health() -> None:
-            await health_mod.HealthServer(
-                health, host=health_host, port=health_port, routes=tables.routes(partitions)
-            ).start()
+            await health_mod.HealthServer(health, host=health_host, port=health_port).start()
 
         app.task(serve_health)
+
+    if tables_port is not None:
+
+        async def serve_tables() -> None:
+            await health_mod.RouteServer(
+                tables.routes(partitions), host=tables_host, port=tables_port
+            ).start()
+
+        app.task(serve_tables)
 
     async def commit_due() -> None:
         await partitions.tick()
@@ -227,6 +236,8 @@ def cmd(args: argparse.Namespace) -> int:
         app_id=args.group,
         health_host=args.health_host,
         health_port=args.health_port,
+        tables_host=args.tables_host,
+        tables_port=args.tables_port,
         session_timeout=args.session_timeout,
         faults=faults,
         snapshots=SnapshotPolicy(min_events=args.snapshot_every, events_per_object=0)
@@ -285,4 +296,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # Snapshot every N events instead of the size-scaled policy (tests, benchmarks).
     p.add_argument("--snapshot-every", type=int, metavar="EVENTS", help=argparse.SUPPRESS)
     health_mod.add_arguments(p)
+    p.add_argument(
+        "--tables-port",
+        type=int,
+        metavar="PORT",
+        help="serve the materialized tables (/partitions, /clusters/...) on this port (default: off); "
+        "never on --health-port, which Prometheus scrapes",
+    )
+    p.add_argument(
+        "--tables-host",
+        default=health_mod.LOCALHOST,
+        metavar="HOST",
+        help=f"address the tables bind (default {health_mod.LOCALHOST}: kubectl port-forward reaches it)",
+    )
     p.set_defaults(func=cmd)
