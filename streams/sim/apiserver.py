@@ -168,8 +168,7 @@ def _other(obj: dict[str, Any], secret: str) -> None:
 def dress(obj: Mapping[str, Any], *, secret: str = "") -> dict[str, Any]:
     """A copy of `obj` as the API server would hold it (a tombstone or a TICK object stays as it is)."""
     out = copy.deepcopy(dict(obj))
-    meta = out.get("metadata")
-    if not isinstance(meta, dict) or set(meta) <= {"name", "namespace", "uid", "resourceVersion"}:
+    if not isinstance(out.get("metadata"), dict) or set(out) <= {"apiVersion", "kind", "metadata"}:
         return out  # a tombstone: the source writes only the identity
     kind = out.get("kind")
     if kind == "Pod":
