@@ -12,15 +12,16 @@ What each component does with Kafka, and so what it is granted:
   (it reads back what it published after its last commit), snapshots; writes
   dead letters; with exactly_once, owns the transactional ids `<group>-...`.
 - actuator: reads decisions in its consumer group; writes and reads back
-  evictions; writes dead letters; measures the worker group's lag on
-  cluster-events (Describe on the topic and the group).
+  evictions; writes dead letters; writes each decision's OUTCOME event into
+  cluster-events (what it did, for the worker to fold); measures the worker
+  group's lag on cluster-events (Describe on the group).
 - auditor (replay, export, audit verify, explain): reads every topic, no group.
 A component that creates missing topics (the default; `--no-create-topics` turns
 it off) also gets Create on the topic prefix.
 
 Writing decisions is what gets pods deleted: only the worker may (and the HMAC
 signature is the second line, docs/topics.md). Writing cluster-events is what
-decisions are made of: only the source may.
+decisions are made of: only the source (objects) and the actuator (outcomes) may.
 """
 
 from __future__ import annotations
@@ -87,13 +88,11 @@ def required(
             _topic(names.decisions, "Describe", "Read"),
             _topic(names.evictions, "Describe", "Read", "Write"),
             _topic(names.dead_letter, "Describe", "Write"),
+            _topic(names.cluster_events, "Describe", "Write"),  # OUTCOME events
             Acl(GROUP, actuator_group, LITERAL, ("Read",)),
         ]
-        if measures_lag:  # streams.kafka.lag: end offsets of cluster-events, the worker group's offsets
-            acls += [
-                _topic(names.cluster_events, "Describe"),
-                Acl(GROUP, worker_group, LITERAL, ("Describe",)),
-            ]
+        if measures_lag:  # streams.kafka.lag: the worker group's committed offsets on cluster-events
+            acls.append(Acl(GROUP, worker_group, LITERAL, ("Describe",)))
     elif component == "auditor":
         acls += [Acl(TOPIC, names.prefix, PREFIX, ("Describe", "Read"))]
     else:
