@@ -120,8 +120,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def start(kafka: connection.Connect, args: argparse.Namespace) -> asyncio.Task[None] | None:
+def start(
+    kafka: connection.Connect, args: argparse.Namespace, *, topic: str = records.CLUSTER_EVENTS
+) -> asyncio.Task[None] | None:
     """The lag watch `add_arguments`' flags ask for, as a task (None when turned off)."""
     if not args.lag_group:
         return None
-    return asyncio.create_task(watch(kafka, group=args.lag_group, interval_s=args.lag_interval_seconds))
+    return asyncio.create_task(
+        watch(kafka, group=args.lag_group, topic=topic, interval_s=args.lag_interval_seconds)
+    )

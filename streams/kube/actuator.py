@@ -54,7 +54,8 @@ from schemas.records import (
 )
 from streams.common import health, signing
 from streams.common.errors import UsageError
-from streams.kafka import connection, deadletter, lag
+from streams.kafka import acls, connection, deadletter, lag
+from streams.kafka import topics as topics_mod
 from streams.kafka.deadletter import Origin
 from streams.kafka.sink import KafkaSink, RecordSink
 from streams.kube import api as kube
@@ -211,6 +212,10 @@ class Topics:
     evictions: str = EVICTIONS
     dead_letter: str = DEAD_LETTER
     cluster_events: str = CLUSTER_EVENTS  # where OUTCOME events go
+
+    @classmethod
+    def of(cls, names: topics_mod.Names) -> Topics:
+        return cls(names.decisions, names.evictions, names.dead_letter, names.cluster_events)
 
 
 # ---- the actuator -------------------------------------------------------------------
@@ -654,15 +659,19 @@ def cmd_actuator(args: argparse.Namespace) -> int:
     kafka = component.kafka_of(args)
     keys = signing.keyring_from_args(args)
     component.check_lease_arguments(args)
-    asyncio.run(_serve(args, kafka, keys))
+    layout = component.layout_of(args)
+    asyncio.run(_serve(args, kafka, keys, layout))
     return 0
 
 
 async def _serve(
-    args: argparse.Namespace, kafka: connection.KafkaConfig, keys: signing.Keyring | None
+    args: argparse.Namespace,
+    kafka: connection.KafkaConfig,
+    keys: signing.Keyring | None,
+    layout: topics_mod.Layout,
 ) -> None:
     identity = component.identity(args)
-    group_id = args.group_id or f"preemptctl-actuator-{args.cluster}" + ("-dry-run" if args.dry_run else "")
+    group_id = args.group_id or acls.default_actuator_group(args.cluster, dry_run=args.dry_run)
     api = await component.connect(args)
     state = health.Health("actuator")
     try:
@@ -680,7 +689,7 @@ async def _serve(
     )
     try:
         async with health.HealthServer(state, host=args.health_host, port=args.health_port):
-            await component.prepare_broker(kafka, create_topics=not args.no_create_topics)
+            await component.prepare_broker(kafka, create_topics=not args.no_create_topics, layout=layout)
             async with KafkaSink(kafka, client_id=f"preemptctl-actuator-{identity}") as sink:
                 actuator = Actuator(
                     actions,
@@ -690,8 +699,9 @@ async def _serve(
                     keys=keys,
                     elector=elector,
                     scope=tuple(sorted(set(args.scheduler_name))) or None,
+                    topics=Topics.of(layout.names),
                 )
-                lagging = lag.start(kafka, args)
+                lagging = lag.start(kafka, args, topic=layout.names.cluster_events)
                 try:
                     await _run(actuator, state, kafka, group_id=group_id, elector=elector)
                 finally:

@@ -115,8 +115,9 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-create-topics",
         action="store_true",
-        help="do not create missing topics at start (when the broker forbids it)",
+        help="do not create missing topics at start (the operator made them; no Create ACL)",
     )
+    topics.add_arguments(parser)
     health.add_arguments(parser)
     parser.add_argument(
         "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="(default INFO)"
@@ -151,7 +152,14 @@ def stop_on_signals(stop: Callable[[], None]) -> None:
         loop.add_signal_handler(sig, stop)
 
 
-async def prepare_broker(kafka: connection.KafkaConfig, *, create_topics: bool) -> None:
+def layout_of(args: argparse.Namespace) -> topics.Layout:
+    """The topic names and creation settings the topic flags name; UsageError when they are wrong."""
+    return topics.from_args(args)
+
+
+async def prepare_broker(
+    kafka: connection.KafkaConfig, *, create_topics: bool, layout: topics.Layout = topics.DEFAULT_LAYOUT
+) -> None:
     """Reach Kafka and create missing topics, retrying with backoff while it does not answer.
 
     Kafka often starts after (or restarts beside) its clients, and a credential may
@@ -163,7 +171,7 @@ async def prepare_broker(kafka: connection.KafkaConfig, *, create_topics: bool) 
         try:
             await connection.reach(kafka)
             if create_topics:
-                await topics.ensure_topics(kafka)
+                await topics.ensure_topics(kafka, layout.specs())
             return
         except (KafkaError, OSError, topics.BrokerUnavailable) as exc:
             delay = backoff.delay()

@@ -71,7 +71,7 @@ from engine import projection
 from schemas import VERSION
 from schemas.records import CLUSTER_EVENTS
 from streams.common import health
-from streams.kafka import connection
+from streams.kafka import connection, topics
 from streams.kafka.sink import PRODUCER_MAX_REQUEST_BYTES, KafkaSink, RecordSink
 from streams.kube import api as kube
 from streams.kube import component, lease
@@ -956,16 +956,19 @@ def cmd_source(args: argparse.Namespace) -> int:
         label_selector=args.label_selector,
         scheduler_name=args.scheduler_name,
     )
-    asyncio.run(_serve(args, kafka, scope))
+    layout = component.layout_of(args)
+    asyncio.run(_serve(args, kafka, scope, layout))
     return 0
 
 
-async def _serve(args: argparse.Namespace, kafka: connection.KafkaConfig, scope: Scope) -> None:
+async def _serve(
+    args: argparse.Namespace, kafka: connection.KafkaConfig, scope: Scope, layout: topics.Layout
+) -> None:
     api = await component.connect(args)
     state = health.Health("source")
     try:
         async with health.HealthServer(state, host=args.health_host, port=args.health_port):
-            await component.prepare_broker(kafka, create_topics=not args.no_create_topics)
+            await component.prepare_broker(kafka, create_topics=not args.no_create_topics, layout=layout)
             async with KafkaSink(kafka, client_id=f"preemptctl-source-{scope.cluster}") as sink:
                 elector = component.elector(args, api, state)
                 source = Source(
@@ -975,6 +978,7 @@ async def _serve(args: argparse.Namespace, kafka: connection.KafkaConfig, scope:
                     tick_seconds=args.tick_seconds,
                     health_state=state,
                     elector=elector,
+                    topic=layout.names.cluster_events,
                 )
                 component.stop_on_signals(source.stop)
                 await source.run()
