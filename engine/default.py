@@ -140,7 +140,7 @@ def evaluate_node(
     if ordered is None:
         potential.sort(key=lambda p: importance(cluster, p))
     budgets = cluster.budgets
-    read = frozenset(pdb.uid for pod in potential for pdb in budgets.of(pod.uid))
+    read = frozenset(uid for pod in potential for uid in budgets.uids_of(pod.uid))
     # No PDB covers any of them: nothing is PDB-violating, and no budget was read.
     violating = pdb_violating(cluster, potential) if read else [False] * len(potential)
     victims: list[Pod] = []

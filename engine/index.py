@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,6 @@ from engine import default, minimal, placement, resources, summary
 from engine.cluster import Cluster, NodeState
 from engine.default import CANDIDATE, FITS, REJECTED, NodeEval, Preemptor
 from engine.objects import Node, Pod
-from engine.resources import Resources
 
 # Live rankings kept at once (one per distinct preemptor signature); the least
 # recently used is dropped past this, bounding memory with many pod shapes.
@@ -80,6 +79,18 @@ def signature(pre: Preemptor, mode: str, kind: str = ALL) -> Hashable:
     )
 
 
+def filter_signature(pre: Preemptor) -> Hashable:
+    """What `placement.unresolvable` reads of a preemptor: equal signatures, equal verdicts on every node."""
+    pod = pre.pod
+    return (
+        pod.tolerations,
+        pod.node_selector,
+        pod.required_affinity,
+        # The amounts too: a node whose allocatable is below a request is unresolvable.
+        tuple(sorted((r, v) for r, v in pod.requests.items() if v > 0)),
+    )
+
+
 def evaluator(mode: str) -> NodeEvaluator:
     return minimal.evaluate_node if mode == "minimal" else default.evaluate_node
 
@@ -97,7 +108,8 @@ class Entry:
     expires: int | None
     stamp: int  # the heap entry (value, name, stamp) that is this node's current one
     exact: NodeEval | None = None  # a fresh full evaluation (candidates only)
-    filtered: bool = False  # rejected by a node filter: only a new node object can change that
+    # Rejected by a node filter, against this node object: only a new one can change that.
+    filtered: Node | None = None
     refined: bool = False  # the bound has been tightened by `summary.refine`
 
     @property
@@ -126,6 +138,7 @@ class Ranking:
         kind: str,
         keep: Keep,
         now: int,
+        filtered: dict[str, tuple[Node, str | None]] | None = None,
     ) -> None:
         self.cluster = cluster
         self.summaries = summaries
@@ -135,7 +148,9 @@ class Ranking:
         self.keep = keep
         self.evaluate = evaluator(mode)
         self.minimal = mode == "minimal"
-        self._filtered: dict[str, tuple[Node, str | None]] = {}
+        # Filter verdicts by node, shared by every ranking whose preemptors the node
+        # filters read alike (`filter_signature`): a new shape checks no node twice.
+        self._filtered = filtered if filtered is not None else {}
         self.now = now
         self.position = cluster.touched_end
         self.pdb_position = cluster.pdb_touched_end
@@ -146,6 +161,11 @@ class Ranking:
         self.candidate_count = 0
         self.pending: set[str] = set()
         self.exacts: set[str] = set()  # nodes whose entry holds a full evaluation
+        # PDB uid -> nodes whose full evaluation read it, filed when the evaluation is
+        # kept and pruned lazily (an entry whose node no longer holds such an evaluation
+        # is dropped when a change of that PDB visits it): a PDB status change costs the
+        # evaluations it can make stale, not the width of the budget's workload.
+        self.reads: dict[str, set[str]] = {}
         self.heap: list[tuple[tuple[int, ...], str, int]] = []
         self.expiring: list[tuple[int, str, int]] = []
         self._stamp = 0
@@ -177,7 +197,7 @@ class Ranking:
             held = (node, placement.unresolvable(node, self.pre.pod))
             self._filtered[node.name] = held
         if held[1] is not None:
-            return Entry(REJECTED, (), held[1], None, self._stamp, filtered=True)
+            return Entry(REJECTED, (), held[1], None, self._stamp, filtered=node)
         if not self.minimal and len(state.pods) <= EVALUATE_MAX_PODS:
             return self._evaluated(state)
         if resources.fits(self.pre.requests, self._free(state)):
@@ -197,14 +217,12 @@ class Ranking:
             e.exact = ev
         return e
 
-    def _free(self, state: NodeState) -> Resources:
+    def _free(self, state: NodeState) -> Mapping[str, int]:
         if self.cluster.nominated_on(state.node.name):
             return default.free_for(self.cluster, state, self.pre)
-        # From the node's totals, not its summary: a node that fits or that a filter
-        # rejects never needs one built.
-        free = dict(state.node.allocatable)
-        resources.sub(free, state.used)
-        return free
+        # From the node's totals, not its summary (a node that fits or that a filter
+        # rejects never needs one built), computed once per node state for every ranking.
+        return self.summaries.free(state)
 
     def settle(self) -> None:
         """Compute the bound of every PENDING node: a decision is about to rank candidates."""
@@ -257,7 +275,7 @@ class Ranking:
     def refresh(self, name: str) -> None:
         state = self.cluster.nodes.get(name)
         e = self.state.get(name)
-        if e is not None and e.filtered and state is not None and self._filtered[name][0] is state.node:
+        if e is not None and state is not None and e.filtered is state.node:
             return  # its pods changed, but this preemptor can never run there anyway
         self.drop(name)
         if state is None:
@@ -293,7 +311,7 @@ class Ranking:
             reject(name)
             self.reasons[e.reason] = self.reasons.get(e.reason, 0) + 1
         else:
-            self.exacts.add(name)
+            self._keep_exact(name, e.exact)
             self.candidate_count += 1
             push((e.value, name, e.stamp))
         if e.expires is not None:
@@ -348,11 +366,22 @@ class Ranking:
             # disagreement is a bug in `summary.bound`, never a close call.
             raise AssertionError(f"bound {e.tier}/{e.bound} does not hold for {name}: {ev.status}/{ev.key}")
         e.exact = ev
-        self.exacts.add(name)
+        self._keep_exact(name, ev)
         self._stamp += 1
         e.stamp = self._stamp
         self._push(e, name)
         return ev
+
+    def _keep_exact(self, name: str, ev: NodeEval | None) -> None:
+        self.exacts.add(name)
+        if ev is not None:
+            reads = self.reads
+            for uid in ev.pdbs:
+                held = reads.get(uid)
+                if held is None:
+                    reads[uid] = {name}
+                else:
+                    held.add(name)
 
     # ---- catching up -----------------------------------------------------------------
 
@@ -369,9 +398,27 @@ class Ranking:
         for name in dict.fromkeys(changed):  # each touched node once, in first-touch order
             self.refresh(name)
         exact = self.exacts
-        for name, pdb in pdb_changed:
-            if name in exact:  # most PDB changes land on nodes this ranking never evaluated
-                self.demote(name, pdb)
+        budgets = cluster.budgets
+        for name, pdb, threshold in pdb_changed:
+            if name:  # membership changed for pods on this node: any evaluation there may read it
+                if name in exact:
+                    self.demote(name, "")
+                continue
+            readers = self.reads.get(pdb)
+            if not readers:
+                continue  # most PDB changes reach no node this ranking evaluated
+            counts = budgets.on_nodes(pdb)
+            for node in list(readers):
+                e = self.state.get(node)
+                if e is None or e.exact is None or pdb not in e.exact.pdbs:
+                    readers.discard(node)  # the evaluation that read it is gone
+                elif counts.get(node, 0) > threshold:
+                    # Counts are current, and so as at the change: a node whose pods
+                    # changed since was refreshed above and holds no older evaluation.
+                    readers.discard(node)
+                    self.demote(node, pdb)
+            if not readers:
+                del self.reads[pdb]
         while self.expiring and self.expiring[0][0] < now:
             _, name, _ = heapq.heappop(self.expiring)
             e = self.state.get(name)
@@ -442,6 +489,7 @@ class Index:
         self.cluster = cluster
         self.summaries = summary.Summaries(cluster)
         self._rankings: dict[Hashable, Ranking] = {}
+        self._filters: dict[Hashable, dict[str, tuple[Node, str | None]]] = {}
 
     def ranking(self, pre: Preemptor, now: int, mode: str, kind: str = ALL, keep: Keep = None) -> Ranking:
         cluster = self.cluster
@@ -452,15 +500,33 @@ class Index:
             # an anonymous pod: no real pod's own nomination is excluded from its node.
             # Any pod of the signature serves: evaluations read nothing else of it.
             anonymous = Preemptor(dataclasses.replace(pre.pod, uid=ANONYMOUS), pre.priority, pre.requests)
-            r = Ranking(cluster, self.summaries, anonymous, mode, kind, keep, now)
+            filtered = self._filters.setdefault(filter_signature(pre), {})
+            r = Ranking(cluster, self.summaries, anonymous, mode, kind, keep, now, filtered)
         self._rankings[sig] = r  # most recently used last
         while len(self._rankings) > MAX_RANKINGS:
             del self._rankings[next(iter(self._rankings))]
+        if len(self._filters) > MAX_RANKINGS:
+            # Verdicts no live ranking shares are dropped with the rankings that used them.
+            live = {id(x._filtered) for x in self._rankings.values()}
+            self._filters = {k: v for k, v in self._filters.items() if id(v) in live}
         if len(cluster.touched) > TOUCH_LOG_TRIM:
             cluster.trim_touched(min(x.position for x in self._rankings.values()))
         if len(cluster.pdb_touched) > TOUCH_LOG_TRIM:
             cluster.trim_pdb_touched(min(x.pdb_position for x in self._rankings.values()))
         return r
+
+    def warm(self, pending: Iterable[Preemptor], now: int, mode: str) -> None:
+        """Do now what the first decisions would: every node's summary, and the rankings of `pending`.
+
+        A worker restoring its state calls this, so its first decision after a
+        start is as fast as any other (5,000 summaries cost a quarter of a second).
+        `now` may be earlier than the next decision's: a ranking catches up on
+        time as on any other change (toleration windows that closed since).
+        """
+        for state in self.cluster.nodes.values():
+            self.summaries.get(ALL, state, None)
+        for pre in pending:
+            self.ranking(pre, now, mode).settle()
 
     def scan(self, pre: Preemptor, now: int, mode: str) -> Scan:
         r = self.ranking(pre, now, mode)

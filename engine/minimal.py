@@ -111,7 +111,7 @@ def evaluate_node(
         grown = dict(freed)
         for k in deficit:
             grown[k] = grown.get(k, 0) + pod.requests.get(k, 0)
-        if budgets.of(pod.uid):
+        if budgets.uids_of(pod.uid):
             ordered_set = sorted(chosen, key=lambda p: default.importance(cluster, p))
             grown_violations = sum(default.pdb_violating(cluster, ordered_set))
         else:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
 from fractions import Fraction
 from typing import Any
+
+import orjson
 
 from engine import quantity, timeutil
 from engine.errors import InvalidObject, InvalidQuantity
@@ -105,6 +107,27 @@ class Pod:
         return any(o.kind == "DaemonSet" for o in self.owners)
 
 
+# Pods are built by the hundred thousand (a cluster's state, every watch event), and a
+# frozen dataclass sets each of its 30 fields through object.__setattr__: a third of
+# normalising a pod. `_PodFields` is the same layout without the freeze; a pod is built
+# as one (plain slot stores) and then becomes a Pod (`__class__` assignment, which
+# CPython allows between classes of identical slots). The result is a Pod in every
+# respect, as frozen as one built by Pod(...) (tests/test_objects.py checks both).
+_PodFields = make_dataclass(
+    "_PodFields",
+    [(f.name, f.type, field(default=f.default)) for f in fields(Pod)],
+    slots=True,
+    eq=False,
+    repr=False,
+)
+
+
+def _new_pod(*values: Any) -> Pod:
+    built = _PodFields(*values)
+    built.__class__ = Pod
+    return built  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     name: str
@@ -149,6 +172,21 @@ class ElasticQuota:
 
 
 Record = Pod | Node | PriorityClass | Pdb | ElasticQuota
+
+# Nodes the same way as pods (`_new_pod`): one per node event, 7 fields.
+_NodeFields = make_dataclass(
+    "_NodeFields",
+    [(f.name, f.type, field(default=f.default)) for f in fields(Node)],
+    slots=True,
+    eq=False,
+    repr=False,
+)
+
+
+def _new_node(*values: Any) -> Node:
+    built = _NodeFields(*values)
+    built.__class__ = Node
+    return built  # type: ignore[no-any-return]
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
@@ -291,98 +329,345 @@ def _int(value: Any, where: str) -> int:
         raise InvalidObject(f"{where} must be an integer, got {value!r}") from exc
 
 
-def pod(obj: Mapping[str, Any]) -> Pod:
-    namespace, name, uid, rv = _metadata(obj, "Pod", namespaced=True)
-    where = f"Pod {namespace}/{name}"
-    meta = obj["metadata"]
-    spec = _mapping(obj.get("spec"), f"{where} spec")
-    status = _mapping(obj.get("status"), f"{where} status")
-    scheduled = _condition(status, "PodScheduled")
-    disruption = _condition(status, "DisruptionTarget")
-    priority = spec.get("priority")
-    owners = tuple(
+# What a pod's spec gives the engine besides its node and priority (which the index may
+# overwrite in a record: a stamp, a binding), in Pod field order: priority_class,
+# preemption_policy, requests, qos, grace_seconds, tolerations, node_selector,
+# required_affinity.
+_SpecFields = tuple[
+    str,
+    str | None,
+    Resources,
+    int,
+    int,
+    tuple[Toleration, ...],
+    tuple[tuple[str, str], ...],
+    tuple[NodeSelectorTerm, ...] | None,
+]
+
+
+def _plain_requests(spec: Mapping[str, Any]) -> tuple[Resources, int] | None:
+    """Requests and QoS class of the common pod (containers only, amounts seen before), or None.
+
+    None sends the pod to `pod_requests` and `qos_class`, which handle (and reject)
+    everything else: init containers, overhead, unseen or invalid amounts.
+    """
+    if spec.get("initContainers") or spec.get("overhead"):
+        return None
+    total: Resources = {}
+    any_set = False
+    guaranteed = True
+    containers = spec.get("containers")
+    if not containers:
+        return None
+    amounts = _AMOUNTS
+    for c in containers:
+        if type(c) is not dict:
+            return None
+        res = c.get("resources")
+        if not res:
+            guaranteed = False
+            continue
+        if type(res) is not dict:
+            return None
+        req = res.get("requests") or {}
+        lim = res.get("limits") or {}
+        if type(req) is not dict or type(lim) is not dict:
+            return None
+        for name, value in req.items():
+            amount = amounts.get((name, value))
+            if amount is None or amount < 0 or type(name) is not str:
+                return None
+            total[name] = total.get(name, 0) + amount
+        for r in ("cpu", "memory"):
+            if r in req or r in lim:
+                any_set = True
+            if r not in lim or (r in req and req[r] != lim[r]):
+                guaranteed = False  # `1` and `1000m` differ as text: pod_requests decides those
+                if r in lim and r in req:
+                    return None
+    total = {k: v for k, v in total.items() if v}
+    total["pods"] = 1
+    if not any_set:
+        return total, BEST_EFFORT
+    return total, GUARANTEED if guaranteed else BURSTABLE
+
+
+def _spec_fields(spec: Mapping[str, Any], where: str) -> _SpecFields:
+    grace = spec.get("terminationGracePeriodSeconds")
+    tolerations = spec.get("tolerations")
+    selector = spec.get("nodeSelector")
+    plain = _plain_requests(spec)
+    requests, qos = plain if plain is not None else (pod_requests(spec, f"{where} spec"), qos_class(spec))
+    return (
+        str(spec.get("priorityClassName") or ""),
+        spec.get("preemptionPolicy") or None,
+        requests,
+        qos,
+        30 if grace is None else _int(grace, f"{where} terminationGracePeriodSeconds"),
+        tuple(
+            Toleration(
+                str(t.get("key") or ""),
+                str(t.get("operator") or "Equal"),
+                str(t.get("value") or ""),
+                str(t.get("effect") or ""),
+            )
+            for t in tolerations
+            if isinstance(t, dict)
+        )
+        if tolerations
+        else (),
+        tuple(sorted(_str_map(selector, f"{where} nodeSelector").items())) if selector is not None else (),
+        parse_required_affinity(spec, where=where) if spec.get("affinity") else None,
+    )
+
+
+# Parsed pod parts by their raw text: the replicas of a workload share their spec but for
+# the node and their metadata but for name, uid and times, and parsing them is most of
+# normalising a pod. Keys are orjson's bytes of the raw part (dicts in their order);
+# values are shared, immutable results, so equal parts give equal records.
+_SPECS: dict[bytes, Any] = {}
+_METAS: dict[bytes, Any] = {}
+_ALLOCATABLE: dict[bytes, Resources] = {}
+# Entries kept per memo: a cluster has thousands of pod shapes, not millions.
+_MEMO_MAX = 16_384
+# Anything orjson would write ambiguously is not memoised: datetimes from YAML (written
+# as text, while str() of one differs), and NaN or infinities (written as null, hence
+# every key with a null: it only costs a parse).
+_KEY_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME
+_NO_KEY = b""
+# timeutil's parsed instants, read directly: most pod timestamps were seen before.
+_TIMES = timeutil._PARSED
+# Spec fields that differ between replicas and are read fresh, never memoised.
+_OWN_SPEC = ("nodeName", "priority")
+
+
+def _key(value: Any) -> bytes:
+    try:
+        key = orjson.dumps(value, option=_KEY_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError: a datetime, a subclass, a big int, a non-str key
+        return _NO_KEY
+    return _NO_KEY if b"null" in key else key
+
+
+def _spec_key(spec: dict[str, Any]) -> bytes:
+    if "nodeName" in spec or "priority" in spec:
+        spec = dict(spec)
+        for k in _OWN_SPEC:
+            spec.pop(k, None)
+    return _key(spec)
+
+
+def _memo(memo: dict[bytes, Any], key: bytes, parse: Callable[..., Any], *args: Any) -> Any:
+    if key:
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+    value = parse(*args)  # raises for bad input, and nothing is kept
+    if key:
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        memo[key] = value
+    return value
+
+
+def _meta_fields(
+    meta: Mapping[str, Any], where: str
+) -> tuple[Mapping[str, str], Mapping[str, str], tuple[Owner, ...]]:
+    return (
+        _str_map(meta.get("labels"), f"{where} labels"),
+        _str_map(meta.get("annotations"), f"{where} annotations"),
+        _owners(meta),
+    )
+
+
+def _owners(meta: Mapping[str, Any]) -> tuple[Owner, ...]:
+    refs = meta.get("ownerReferences")
+    if not refs:
+        return ()
+    return tuple(
         Owner(str(o.get("kind", "")), str(o.get("name", "")), str(o.get("uid", "")))
-        for o in meta.get("ownerReferences") or []
+        for o in refs
         if isinstance(o, dict)
     )
-    tolerations = tuple(
-        Toleration(
-            str(t.get("key") or ""),
-            str(t.get("operator") or "Equal"),
-            str(t.get("value") or ""),
-            str(t.get("effect") or ""),
+
+
+def pod(obj: Mapping[str, Any], previous: Pod | None = None) -> Pod:
+    """A Pod record; `previous`, the record this object replaces, lends what did not change.
+
+    A MODIFIED event mostly changes status or metadata (a kubelet heartbeat, a
+    condition, a resourceVersion): when the raw spec, labels, annotations or owners
+    equal those `previous` was made from (`previous.raw`, compared as plain data in
+    C), their parsed form is taken from it instead of being parsed again. Only
+    fields nothing overwrites in a record are lent (never node, priority, deleting,
+    nominated: the index stamps and the controller replaces those), so the result
+    equals `pod(obj)`, field for field. The raw objects handed here are never
+    mutated afterwards (records hold them).
+    """
+    meta: dict[str, Any] = obj.get("metadata")  # type: ignore[assignment]  # checked just below
+    name = meta.get("name") if type(meta) is dict else None
+    if not name or type(name) is not str:
+        namespace, name, uid, rv = _metadata(obj, "Pod", namespaced=True)  # raises, or a str subclass
+        meta = obj["metadata"]
+    else:
+        # _metadata(obj, "Pod", namespaced=True), inline: it runs for every pod event.
+        namespace = str(meta.get("namespace") or "default")
+        uid = str(meta.get("uid") or f"{namespace}/{name}")
+        rv = str(meta.get("resourceVersion") or "")
+    where = f"Pod {namespace}/{name}"
+    spec = obj.get("spec")
+    if spec is None:
+        spec = {}
+    elif not isinstance(spec, dict):
+        raise InvalidObject(f"{where} spec must be a mapping")
+    status = obj.get("status")
+    if status is None:
+        status = {}
+    elif not isinstance(status, dict):
+        raise InvalidObject(f"{where} status must be a mapping")
+    before = previous.raw if previous is not None else None
+    if before is not None and before.get("spec") == spec and previous is not None:
+        # The same spec as the record this replaces: lend its parsed fields.
+        fields: _SpecFields = (
+            previous.priority_class,
+            previous.preemption_policy,
+            previous.requests,
+            previous.qos,
+            previous.grace_seconds,
+            previous.tolerations,
+            previous.node_selector,
+            previous.required_affinity,
         )
-        for t in spec.get("tolerations") or []
-        if isinstance(t, dict)
-    )
-    scheduled_true = scheduled is not None and scheduled.get("status") == "True"
-    scheduled_false = scheduled is not None and scheduled.get("status") == "False"
-    grace = spec.get("terminationGracePeriodSeconds")
-    return Pod(
-        uid=uid,
-        namespace=namespace,
-        name=name,
-        resource_version=rv,
-        node=spec.get("nodeName") or None,
-        nominated=status.get("nominatedNodeName") or None,
-        priority=None if priority is None else _int(priority, f"{where} spec.priority"),
-        priority_class=str(spec.get("priorityClassName") or ""),
-        preemption_policy=spec.get("preemptionPolicy") or None,
-        requests=pod_requests(spec, f"{where} spec"),
-        qos=qos_class(spec),
-        start=timeutil.parse(status["startTime"], field=f"{where} status.startTime")
-        if status.get("startTime")
-        else timeutil.NEVER,
-        created=timeutil.parse_optional(meta.get("creationTimestamp"), field=f"{where} creationTimestamp"),
-        scheduled_at=timeutil.parse_optional(scheduled.get("lastTransitionTime"))
-        if scheduled is not None and scheduled_true
-        else None,
-        unschedulable_since=timeutil.parse_optional(scheduled.get("lastTransitionTime"))
-        if scheduled is not None and scheduled_false
-        else None,
-        unschedulable=scheduled_false
-        and scheduled is not None
-        and scheduled.get("reason") == "Unschedulable",
-        deleting=bool(meta.get("deletionTimestamp")),
-        disruption_target=disruption is not None and disruption.get("status") == "True",
-        preempted=disruption is not None
+    else:
+        key = _spec_key(spec)
+        hit = _SPECS.get(key) if key else None
+        fields = hit if hit is not None else _memo(_SPECS, key, _spec_fields, spec, where)
+    klass, policy, requests, qos, grace, tolerations, node_selector, affinity = fields
+    before_meta = before.get("metadata") if before is not None else None
+    labels_raw = meta.get("labels")
+    annotations_raw = meta.get("annotations")
+    owners_raw = meta.get("ownerReferences")
+    if (
+        previous is not None
+        and isinstance(before_meta, dict)
+        and before_meta.get("labels") == labels_raw
+        and before_meta.get("annotations") == annotations_raw
+        and before_meta.get("ownerReferences") == owners_raw
+    ):
+        # The same labels, annotations and owners as the record this replaces.
+        labels, annotations, owners = previous.labels, previous.annotations, previous.owners
+    elif labels_raw is None and annotations_raw is None and owners_raw is None:
+        labels, annotations, owners = {}, {}, ()
+    else:
+        labels, annotations, owners = _memo(
+            _METAS, _key((labels_raw, annotations_raw, owners_raw)), _meta_fields, meta, where
+        )
+    scheduled: Mapping[str, Any] | None = None
+    disruption: Mapping[str, Any] | None = None
+    for cond in status.get("conditions") or ():
+        if isinstance(cond, dict):
+            kind = cond.get("type")
+            if kind == "PodScheduled":
+                if scheduled is None:
+                    scheduled = cond
+            elif kind == "DisruptionTarget" and disruption is None:
+                disruption = cond
+    scheduled_true = scheduled_false = False
+    scheduled_at = unschedulable_since = None
+    if scheduled is not None:
+        state = scheduled.get("status")
+        if state == "True":
+            scheduled_true = True
+            scheduled_at = timeutil.parse_optional(scheduled.get("lastTransitionTime"))
+        elif state == "False":
+            scheduled_false = True
+            unschedulable_since = timeutil.parse_optional(scheduled.get("lastTransitionTime"))
+    priority = spec.get("priority")
+    if priority is not None and type(priority) is not int:
+        priority = _int(priority, f"{where} spec.priority")
+    started = status.get("startTime")
+    start: int | None = timeutil.NEVER
+    if started:
+        start = _TIMES.get(started) if type(started) is str else None
+        if start is None:
+            start = timeutil.parse(started, field=f"{where} status.startTime")
+    created_raw = meta.get("creationTimestamp")
+    created = _TIMES.get(created_raw) if type(created_raw) is str else None
+    if created is None:
+        created = timeutil.parse_optional(created_raw, field=f"{where} creationTimestamp")
+    # Positional, in Pod field order (the fastest call there is, once per event).
+    return _new_pod(
+        uid,
+        namespace,
+        name,
+        rv,
+        spec.get("nodeName") or None,
+        status.get("nominatedNodeName") or None,
+        priority,
+        klass,
+        policy,
+        requests,
+        qos,
+        start,
+        created,
+        scheduled_at if scheduled_true else None,
+        unschedulable_since if scheduled_false else None,
+        scheduled_false and scheduled is not None and scheduled.get("reason") == "Unschedulable",
+        bool(meta.get("deletionTimestamp")),
+        disruption is not None and disruption.get("status") == "True",
+        disruption is not None
         and disruption.get("status") == "True"
         and disruption.get("reason") == PREEMPTION_BY_SCHEDULER,
-        terminal=status.get("phase") in ("Succeeded", "Failed"),
-        grace_seconds=30 if grace is None else _int(grace, f"{where} terminationGracePeriodSeconds"),
-        labels=_str_map(meta.get("labels"), f"{where} labels"),
-        annotations=_str_map(meta.get("annotations"), f"{where} annotations"),
-        owners=owners,
-        tolerations=tolerations,
-        node_selector=tuple(sorted(_str_map(spec.get("nodeSelector"), f"{where} nodeSelector").items())),
-        required_affinity=parse_required_affinity(spec, where=where),
-        raw=obj,
+        status.get("phase") in ("Succeeded", "Failed"),
+        grace,
+        labels,
+        annotations,
+        owners,
+        tolerations,
+        node_selector,
+        affinity,
+        obj,
     )
 
 
 def node(obj: Mapping[str, Any]) -> Node:
     _, name, uid, rv = _metadata(obj, "Node", namespaced=False)
-    where = f"Node {name}"
-    spec = _mapping(obj.get("spec"), f"{where} spec")
-    status = _mapping(obj.get("status"), f"{where} status")
+    spec = obj.get("spec")
+    status = obj.get("status")
+    if type(spec) is not dict or type(status) is not dict:
+        spec = _mapping(spec, f"Node {name} spec")
+        status = _mapping(status, f"Node {name} status")
     alloc_raw = status.get("allocatable")
     if alloc_raw is None:
         alloc_raw = status.get("capacity")
-    allocatable = resources(alloc_raw, f"{where} allocatable")
-    allocatable.setdefault("pods", DEFAULT_MAX_PODS)
-    taints = tuple(
-        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
-        for t in spec.get("taints") or []
-        if isinstance(t, dict)
+    key = _key(alloc_raw) if alloc_raw else _NO_KEY
+    # Nodes come in a few shapes: their parsed capacity is shared (and never mutated).
+    parsed = _ALLOCATABLE.get(key) if key else None
+    if parsed is None:
+        parsed = resources(alloc_raw, f"Node {name} allocatable")
+        parsed.setdefault("pods", DEFAULT_MAX_PODS)
+        if key:
+            if len(_ALLOCATABLE) >= _MEMO_MAX:
+                _ALLOCATABLE.clear()
+            _ALLOCATABLE[key] = parsed
+    raw_taints = spec.get("taints")
+    taints = (
+        tuple(
+            Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+            for t in raw_taints
+            if isinstance(t, dict)
+        )
+        if raw_taints
+        else ()
     )
-    return Node(
-        name=name,
-        uid=uid,
-        resource_version=rv,
-        labels=_str_map((obj.get("metadata") or {}).get("labels"), f"{where} labels"),
-        unschedulable=bool(spec.get("unschedulable")),
-        taints=taints,
-        allocatable=allocatable,
+    labels = obj["metadata"].get("labels")
+    return _new_node(
+        name,
+        uid,
+        rv,
+        _str_map(labels, f"Node {name} labels") if labels is not None else {},
+        bool(spec.get("unschedulable")),
+        taints,
+        parsed,
     )
 
 

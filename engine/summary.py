@@ -305,6 +305,20 @@ class Summaries:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self._cache: dict[str, dict[str, Summary]] = {}
+        self._free: dict[str, tuple[int, Resources]] = {}
+
+    def free(self, state: NodeState) -> Resources:
+        """Allocatable minus what bound pods request, once per node state, for every preemptor shape.
+
+        Shared: read it, never change it.
+        """
+        held = self._free.get(state.node.name)
+        if held is not None and held[0] == state.version:
+            return held[1]
+        free = dict(state.node.allocatable)
+        resources.sub(free, state.used)
+        self._free[state.node.name] = (state.version, free)
+        return free
 
     def get(self, kind: str, state: NodeState, keep: Callable[[Pod], bool] | None) -> Summary:
         kinds = self._cache.setdefault(state.node.name, {})
@@ -319,6 +333,7 @@ class Summaries:
     def forget(self, name: str) -> None:
         """A node is gone: its summaries would only hold its pods in memory."""
         self._cache.pop(name, None)
+        self._free.pop(name, None)
 
     def __len__(self) -> int:
         return len(self._cache)

@@ -323,3 +323,75 @@ def changes(draw: st.DrawFn, base: dict[str, Any]) -> list[tuple[str, dict[str, 
         else:
             out.append(("TICK", None, advance))
     return out
+
+
+# ---- wide workloads --------------------------------------------------------------------
+
+WIDE_APPS = ("fleet", "array")
+
+
+@st.composite
+def wide_clusters(draw: st.DrawFn) -> dict[str, Any]:
+    """{objects, now}: a few workloads spread over every node, each under a PDB of budget 0-2.
+
+    The shape big clusters have (a PDB's pods on most nodes, several budgets read on
+    every node), small enough for the reference: what a PDB status change or a
+    victim becoming terminating must invalidate exactly, no more and no less.
+    """
+    names = [f"n{i}" for i in range(1, draw(st.integers(3, 7)) + 1)]
+    objects: list[dict[str, Any]] = [tolerant_class()]
+    for name in names:
+        objects.append(gen.node(name, draw(st.sampled_from((2, 3))), 16, 110))
+    serial = 0
+    for name in names:
+        for _ in range(draw(st.integers(3, 7))):
+            serial += 1
+            app = draw(st.sampled_from((*WIDE_APPS, *WIDE_APPS, "single")))
+            objects.append(
+                gen.pod(
+                    f"p{serial}",
+                    node=name,
+                    priority=draw(st.sampled_from((0, 10, 100))),
+                    cpu_m=draw(st.sampled_from((250, 500, 750))),
+                    start=draw(st.sampled_from(STARTS)),
+                    labels={"app": app},
+                )
+            )
+    for app in WIDE_APPS:
+        objects.append(pdb(f"pdb-{app}", "default", {"app": app}, draw(st.integers(0, 2))))
+    for n, obj in enumerate(objects):
+        obj["metadata"]["resourceVersion"] = str(n + 1)
+    return {"objects": objects, "now": gen.NOW}
+
+
+def wide_change(draw: st.DrawFn, objects: dict[str, dict[str, Any]], i: int) -> tuple[str, dict[str, Any]]:
+    """One watch event of a wide cluster's life: mostly budget moves and pods terminating or leaving."""
+    pods = sorted(u for u, o in objects.items() if o["kind"] == "Pod" and o["spec"].get("nodeName"))
+    pdbs = sorted(u for u, o in objects.items() if o["kind"] == "PodDisruptionBudget")
+    nodes = sorted(o["metadata"]["name"] for o in objects.values() if o["kind"] == "Node")
+    what = draw(st.sampled_from(("budget", "budget", "budget", "disrupted", "terminate", "delete", "bind")))
+    if what in ("budget", "disrupted") and pdbs:
+        obj = copy.deepcopy(objects[draw(st.sampled_from(pdbs))])
+        if what == "budget":
+            obj["status"]["disruptionsAllowed"] = draw(st.integers(0, 2))
+        elif pods and draw(st.booleans()):
+            obj["status"]["disruptedPods"] = {
+                objects[draw(st.sampled_from(pods))]["metadata"]["name"]: "2025-12-31T23:59:00Z"
+            }
+        else:
+            obj["status"].pop("disruptedPods", None)
+        return "MODIFIED", obj
+    if what in ("terminate", "delete") and pods:
+        obj = copy.deepcopy(objects[draw(st.sampled_from(pods))])
+        if what == "delete":
+            return "DELETED", obj
+        obj["metadata"]["deletionTimestamp"] = "2025-12-31T23:59:50Z"
+        obj["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True"})
+        return "MODIFIED", obj
+    return "ADDED", gen.pod(
+        f"w{i}",
+        node=draw(st.sampled_from(nodes)),
+        priority=draw(st.sampled_from((0, 10, 100))),
+        cpu_m=draw(st.sampled_from((250, 500))),
+        labels={"app": draw(st.sampled_from(WIDE_APPS))},
+    )

@@ -1,6 +1,7 @@
 """Session-wide brokers: the embedded tansu and a real Apache Kafka, one of each per test run.
 
-Both yield a bootstrap string. Every test that needs Kafka ends up marked `kafka`
+Both yield a bootstrap string; `secure_kafka` is a third, a secured Apache Kafka
+(SASL_SSL, mTLS, ACLs: tests/secure_kafka.py). Every test that needs Kafka ends up marked `kafka`
 (tests/integration/conftest.py), so `pytest -m "not kafka"` runs without a JVM.
 """
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from streams.brokers import embedded, kafka_local
+from tests import secure_kafka as secure_kafka_mod
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -19,7 +21,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration/" in item.nodeid.replace("\\", "/"):
             item.add_marker(pytest.mark.integration)
-        if "kafka_broker" in getattr(item, "fixturenames", ()):
+        if {"kafka_broker", "secure_kafka"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.kafka)
 
 
@@ -37,3 +39,18 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("kafka") / "kafka.log"
     with kafka_local.LocalKafka(log_path=log) as kafka:
         yield kafka.bootstrap
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[secure_kafka_mod.SecureKafka]:
+    """A secured Apache Kafka shared by the session: SASL_SSL (SCRAM, PLAIN) and mTLS listeners,
+    the StandardAuthorizer, no ACL granted (each test grants what it runs under, per principal)."""
+    root = tmp_path_factory.mktemp("secure-kafka")
+    try:
+        running = secure_kafka_mod.start(root, log_path=root / "kafka.log")
+    except secure_kafka_mod.ToolMissing as exc:
+        pytest.skip(str(exc))
+    try:
+        yield running
+    finally:
+        running.broker.stop()

@@ -101,6 +101,11 @@ def test_restored_state_folds_on_identically(first: list[dict[str, Any]], rest: 
         config=Config(), key=None, state=live.state(), objects_raw=list(objects.values())
     )
     assert _held(restored) == _held(live)
+    # Warmed at restore (Controller.warm): every node's summary is there before any
+    # decision, and the decisions below are those of the live controller all the same.
+    assert len(restored.index.summaries) == len(restored.cluster.nodes)
+    waiting = [u for u in restored.waiting if restored.cluster.pods[u].node is None]
+    assert bool(restored.index._rankings) == bool(waiting)
     offset = 10_000  # later events must carry newer versions than the first part's
     for e in rest:
         e = {

@@ -18,6 +18,7 @@ once, as a worker restored from a snapshot builds it.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 from unittest import mock
@@ -321,3 +322,100 @@ def test_touch_logs_stay_bounded_whoever_reads_them(monkeypatch: Any) -> None:
     assert _answer(_decide(cluster, once, 0, Config(), index)) == _answer(
         _decide(cluster, once, 0, Config(), None)
     )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    churn.wide_clusters(),
+    st.data(),
+    st.sampled_from(("kubernetes", "minimal")),
+    st.sampled_from((0, index_mod.EVALUATE_MAX_PODS)),
+)
+def test_wide_workloads_under_pdbs_through_churn(
+    raw: dict[str, Any], data: st.DataObject, mode: str, evaluate_max_pods: int
+) -> None:
+    """A long-lived index equals a fresh one and the reference after every event of wide-workload churn.
+
+    PDB status changes are one log entry whatever the budget's width, applied by
+    each ranking to the nodes it evaluated with that budget (`Ranking.reads`) that
+    host more of its pods than both budgets allow; preemptions mark their victims
+    terminating (the next decisions wait on them or look past them).
+    """
+    with mock.patch.object(index_mod, "EVALUATE_MAX_PODS", evaluate_max_pods):
+        cluster = _cluster(raw)
+        config = Config(victim_selection=mode)
+        index = Index(cluster)
+        now = timeutil.parse(raw["now"])
+        objects = {o["metadata"]["uid"]: o for o in raw["objects"]}
+        shapes = [(100, 1000), (1000, 1500), (1000, 500), (5000, 2000)]
+        questions = []
+        for q, (priority, cpu_m) in enumerate(shapes):
+            obj = gen.pod(f"q{q}", node=None, priority=priority, cpu_m=cpu_m)
+            obj["metadata"]["resourceVersion"] = "1"
+            cluster.apply("ADDED", obj)
+            questions.append([cluster.pods[obj["metadata"]["uid"]]])
+        version = 1000
+        for step in range(data.draw(st.integers(1, 10))):
+            kind, obj = churn.wide_change(data.draw, objects, step)
+            version += 1
+            obj["metadata"]["resourceVersion"] = str(version)
+            cluster.apply(kind, obj)
+            if kind == "DELETED":
+                objects.pop(obj["metadata"]["uid"], None)
+            else:
+                objects[obj["metadata"]["uid"]] = obj
+            for q, pods in enumerate(questions):
+                why = (step, kind, q, mode)
+                d = _decide(cluster, pods, now, config, index)
+                assert d.answer() == _decide(cluster, pods, now, config, None).answer(), why
+                pre = default.Preemptor(pods[0], cluster.priority(pods[0]), pods[0].requests)
+                spec = full_scan(cluster, pre, now, mode)
+                if d.outcome == "preempt":
+                    assert spec.best is not None and spec.best.node == d.node, why
+                    assert sorted(v.uid for v in spec.best.victims) == sorted(v.uid for v in d.victims), why
+                if spec.fitting is None and d.outcome in ("preempt", "unschedulable"):
+                    for key in ("candidates", "candidateCount", "rejectedCount", "rejectedReasons"):
+                        assert d.explanation[key] == spec.explanation[key], (why, key)
+                if mode == "kubernetes":
+                    _check(d, reference.decide(cluster, pods[0], now), why)
+                event(f"{kind} {d.outcome}")
+                if d.outcome == "preempt" and data.draw(st.booleans()):
+                    # The preemption goes ahead: its victims become terminating.
+                    for v in d.victims:
+                        victim = copy.deepcopy(objects[v.uid])
+                        if "deletionTimestamp" in victim["metadata"]:
+                            continue
+                        victim["metadata"]["deletionTimestamp"] = "2025-12-31T23:59:50Z"
+                        victim["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True"})
+                        version += 1
+                        victim["metadata"]["resourceVersion"] = str(version)
+                        cluster.apply("MODIFIED", victim)
+                        objects[v.uid] = victim
+
+
+def test_rankings_sharing_filter_verdicts_each_see_a_node_change() -> None:
+    """Rankings of shapes the node filters read alike share their verdicts (`filter_signature`).
+
+    The first to catch up on a node change updates the shared verdict; each other
+    ranking must still look at the node again, not take the updated verdict for
+    the one its own entry was filed with (n1 stayed "cordoned" for the second shape).
+    """
+    cluster = Cluster()
+    apply = _versioned(cluster)
+    node = gen.node("n1", 2, 8, 110)
+    apply("ADDED", node)
+    apply("ADDED", gen.node("n2", 2, 8, 110))
+    apply("ADDED", gen.pod("low1", node="n1", priority=0, cpu_m=2000))
+    apply("ADDED", gen.pod("low2", node="n2", priority=0, cpu_m=2000))
+    apply("ADDED", gen.pod("a", node=None, priority=100, cpu_m=1000))
+    apply("ADDED", gen.pod("b", node=None, priority=1000, cpu_m=1000))
+    index = Index(cluster)
+    shapes = [[cluster.pods["a-uid"]], [cluster.pods["b-uid"]]]
+    assert index_mod.filter_signature(
+        default.Preemptor(shapes[0][0], 100, shapes[0][0].requests)
+    ) == index_mod.filter_signature(default.Preemptor(shapes[1][0], 1000, shapes[1][0].requests))
+    for cordon in (True, False, True, False):
+        apply("MODIFIED", {**node, "spec": {"unschedulable": cordon}})
+        for pods in shapes:
+            d = _decide(cluster, pods, 0, Config(), index)
+            assert d.answer() == _decide(cluster, pods, 0, Config(), None).answer(), (cordon, pods[0].name)

@@ -1,8 +1,15 @@
+import dataclasses
+from typing import Any
+from unittest import mock
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine import objects
 from engine.errors import InvalidObject
 from engine.objects import BEST_EFFORT, BURSTABLE, GUARANTEED
+from tests import flowgen, gen
 
 
 def _pod(spec: dict, **meta: object) -> dict:
@@ -149,3 +156,154 @@ def test_negative_amounts_are_invalid_objects(obj: dict) -> None:
     """A negative request made a node's summary promise room that evicting could not free."""
     with pytest.raises(InvalidObject, match="negative"):
         objects.normalize(obj)
+
+
+# ---- the fast paths equal the plain one ----------------------------------------------
+
+AMOUNTS = st.sampled_from(["1", "1000m", "500m", "0.5", "2Gi", "512Mi", "0", 1, 2])
+
+
+@st.composite
+def _container(draw: st.DrawFn) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    if draw(st.booleans()):
+        res["requests"] = draw(
+            st.dictionaries(st.sampled_from(["cpu", "memory", "gpu"]), AMOUNTS, max_size=3)
+        )
+    if draw(st.booleans()):
+        res["limits"] = draw(st.dictionaries(st.sampled_from(["cpu", "memory"]), AMOUNTS, max_size=2))
+    c: dict[str, Any] = {"name": "c"}
+    if res or draw(st.booleans()):
+        c["resources"] = res
+    if draw(st.integers(0, 4)) == 0:
+        c["restartPolicy"] = "Always"
+    return c
+
+
+@st.composite
+def pod_objects(draw: st.DrawFn) -> dict[str, Any]:
+    """Pods as the API writes them, in the variety the normaliser's shortcuts must not change."""
+    spec: dict[str, Any] = {"containers": draw(st.lists(_container(), min_size=0, max_size=3))}
+    if draw(st.integers(0, 3)) == 0:
+        spec["initContainers"] = draw(st.lists(_container(), max_size=2))
+    if draw(st.integers(0, 5)) == 0:
+        spec["overhead"] = {"cpu": draw(AMOUNTS)}
+    for key, values in (
+        ("nodeName", ["n1", "n2", None]),
+        ("priority", [0, 10, None, "7"]),
+        ("priorityClassName", ["low", "", None, float("nan")]),  # NaN: written as null, like None
+        ("preemptionPolicy", ["Never", None]),
+        ("terminationGracePeriodSeconds", [0, 30, "5", None]),
+        ("nodeSelector", [{"zone": "a"}, {}, None]),
+        ("tolerations", [[{"key": "k", "operator": "Exists"}], [], None]),
+        ("affinity", [None, {}, flowgen.ds_pod("d", required="n1", priority=0, cpu_m=1)["spec"]["affinity"]]),
+    ):
+        if draw(st.booleans()):
+            spec[key] = draw(st.sampled_from(values))
+    meta: dict[str, Any] = {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "1"}
+    for key, values in (
+        ("labels", [{"app": "web"}, {"app": "web", "tier": "front"}, {}, None]),
+        ("annotations", [{"a": "b"}, None]),
+        ("ownerReferences", [[{"kind": "ReplicaSet", "name": "rs", "uid": "rs-u"}], [], None]),
+        ("creationTimestamp", [gen.TIMES[0], None]),
+        ("deletionTimestamp", [gen.TIMES[1], None]),
+    ):
+        if draw(st.booleans()):
+            meta[key] = draw(st.sampled_from(values))
+    status: dict[str, Any] = {}
+    if draw(st.booleans()):
+        status["startTime"] = draw(st.sampled_from(gen.TIMES))
+    if draw(st.booleans()):
+        status["nominatedNodeName"] = "n2"
+    if draw(st.booleans()):
+        status["phase"] = draw(st.sampled_from(["Running", "Succeeded", "Pending"]))
+    conditions = []
+    if draw(st.booleans()):
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": draw(st.sampled_from(["True", "False"])),
+                "reason": "Unschedulable",
+                "lastTransitionTime": draw(st.sampled_from(gen.TIMES)),
+            }
+        )
+    if draw(st.booleans()):
+        conditions.append({"type": "DisruptionTarget", "status": "True"})
+    if conditions:
+        status["conditions"] = conditions
+    return {"kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+
+def _plain(obj: dict[str, Any]) -> objects.Pod:
+    """The normaliser with every shortcut off: no memo, no previous record, the general requests path."""
+    with (
+        mock.patch.object(objects, "_key", lambda value: objects._NO_KEY),
+        mock.patch.object(objects, "_plain_requests", lambda spec: None),
+    ):
+        return objects.pod(obj)
+
+
+def _outcome(fn: Any, *args: Any) -> Any:
+    try:
+        record = fn(*args)
+    except InvalidObject as exc:
+        return ("invalid", str(exc))
+    return ("ok", {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.name != "raw"})
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(pod_objects(), min_size=1, max_size=6), st.data())
+def test_memoised_and_incremental_normalising_equal_the_plain_one(
+    objs: list[dict[str, Any]], data: Any
+) -> None:
+    """Each pod through the memos, and again with the previous record lent, equals `_plain`.
+
+    The previous record may be one the index or the controller replaced fields of
+    (a stamped priority, a binding, a nomination, a terminating mark): those fields
+    are never lent.
+    """
+    previous: objects.Pod | None = None
+    for obj in objs:
+        want = _outcome(_plain, obj)
+        assert _outcome(objects.pod, obj) == want
+        if previous is not None:
+            lent = dataclasses.replace(
+                previous,
+                **data.draw(
+                    st.sampled_from(
+                        [{}, {"priority": 99}, {"node": "elsewhere"}, {"nominated": "n9", "deleting": True}]
+                    )
+                ),
+            )
+            assert _outcome(objects.pod, obj, lent) == want
+        if want[0] == "ok":
+            previous = objects.pod(obj)
+
+
+def test_a_fast_built_pod_is_a_frozen_pod() -> None:
+    p = objects.pod(_pod({"containers": []}))
+    assert type(p) is objects.Pod and p == dataclasses.replace(p)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.name = "other"  # type: ignore[misc]
+    n = objects.node({"kind": "Node", "metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "1"}}})
+    assert type(n) is objects.Node
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        n.name = "other"  # type: ignore[misc]
+
+
+def test_memo_keys_never_confuse_values_json_writes_alike() -> None:
+    """orjson writes NaN as null and a datetime as its text: such parts are never memoised."""
+    import datetime
+
+    nan_class = objects.pod(_pod({"containers": [], "priorityClassName": float("nan")}))
+    none_class = objects.pod(_pod({"containers": [], "priorityClassName": None}))
+    assert (nan_class.priority_class, none_class.priority_class) == ("nan", "")
+    when = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    as_text = objects.pod(_pod({"containers": [], "nodeSelector": {"k": "2026-01-01T00:00:00+00:00"}}))
+    as_time = objects.pod(_pod({"containers": [], "nodeSelector": {"k": when}}))
+    assert as_text.node_selector != as_time.node_selector
+
+
+def test_limits_equal_to_requests_in_other_words_are_guaranteed() -> None:
+    res = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1000m", "memory": "1024Mi"}}
+    assert objects.pod(_pod({"containers": [{"resources": res}]})).qos == GUARANTEED

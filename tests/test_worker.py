@@ -22,7 +22,7 @@ from prometheus_client import REGISTRY
 
 from engine.config import Config
 from schemas import records
-from streams.common.health import Health, HealthServer
+from streams.common.health import Health, RouteServer
 from streams.kafka import topics
 from streams.kafka.deadletter import Origin
 from streams.pipeline import fold, outbox, snapshot, tables
@@ -281,9 +281,7 @@ def test_the_tables_are_readable_over_http(tmp_path: Path) -> None:
         parts = Partitions(p.setup)
         await parts.assign([0])
         await asyncio.gather(*parts.opening.values())
-        server = await HealthServer(
-            Health("worker"), host="127.0.0.1", port=0, routes=tables.routes(parts)
-        ).start()
+        server = await RouteServer(tables.routes(parts), port=0).start()
         base = f"http://127.0.0.1:{server.port}"
         try:
             async with aiohttp.ClientSession() as http:
@@ -417,7 +415,7 @@ def test_the_session_timeout_reaches_the_consumer_group(tmp_path: Path) -> None:
     from streams.pipeline import app
 
     built = app.build_app(
-        bootstrap="127.0.0.1:1",
+        kafka="127.0.0.1:1",
         store_dir=tmp_path,
         config=Config(),
         key=None,
@@ -427,3 +425,18 @@ def test_the_session_timeout_reaches_the_consumer_group(tmp_path: Path) -> None:
     assert built.conf.broker_session_timeout == 17.0
     assert built.conf.broker_heartbeat_interval <= 17.0 / 3
     assert built.conf.producer_max_request_size == topics.RECORD_MAX_BYTES
+
+
+def test_a_signed_decision_names_its_key_in_a_header() -> None:
+    """The worker's key id travels in a header (the actuator picks the key by it); the value is the
+    record unchanged, so the chain and a replay do not depend on which key signed."""
+    from schemas import chain
+    from streams.common import signing
+
+    record: Any = {"v": 1, "id": "c/1/p", "cluster": "c", "ts": "2026-01-01T00:00:00Z", "preemptor": "d/p"}
+    signed = chain.seal(dict(record), chain.GENESIS, b"signing-key")
+    sent = outbox.decision(signed, partition=0, key_id="k2")
+    assert (signing.KEY_ID_HEADER, b"k2") in sent.headers
+    assert sent.value == records.encode(signed)
+    unsigned = outbox.decision(chain.seal(dict(record), chain.GENESIS), partition=0, key_id="k2")
+    assert signing.KEY_ID_HEADER not in dict(unsigned.headers)

@@ -35,6 +35,7 @@ from engine import timeutil
 from engine.errors import EngineError
 from streams.audit import verify
 from streams.common.errors import UsageError
+from streams.kafka import connection
 
 VICTIM, SURVIVOR, PREEMPTOR, MEMBER = "victim", "survivor", "preemptor", "member"
 SHIFT = 2**31  # the engine counts victim priorities from -2^31 when summing them (DESIGN §4)
@@ -710,7 +711,14 @@ def parse_since(text: str, *, now_us: int) -> int:
         ) from exc
 
 
-def read(location: str, pod: str, *, cluster: str | None, since_us: int | None = None) -> Report:
+def read(
+    location: str,
+    pod: str,
+    *,
+    cluster: str | None,
+    kafka: connection.KafkaConfig | None = None,
+    since_us: int | None = None,
+) -> Report:
     """Stream the log, one record at a time (a long log is never held whole); with `since_us`, only
     decisions made at or after it (a topic is read from there on, through the broker's time index)."""
     report = Report(pod)
@@ -730,7 +738,7 @@ def read(location: str, pod: str, *, cluster: str | None, since_us: int | None =
         if cluster is None or d.get("cluster") == cluster:
             report.add(d)
 
-    verify.scan(location, sink, since_ms=None if since_us is None else since_us // 1000)
+    verify.scan(location, sink, kafka=kafka, since_ms=None if since_us is None else since_us // 1000)
     report.finish()
     return report
 
@@ -745,7 +753,8 @@ def _decided_us(d: Mapping[str, Any]) -> int:
 def cmd(args: argparse.Namespace) -> int:
     pod = parse_pod(args.pod)
     since = None if args.since is None else parse_since(args.since, now_us=time.time_ns() // 1000)
-    report = read(args.decisions, pod, cluster=args.cluster, since_us=since)
+    kafka = connection.for_locations(args)
+    report = read(args.decisions, pod, cluster=args.cluster, kafka=kafka, since_us=since)
     if args.output == "json":
         sys.stdout.write(orjson.dumps(report.to_json()).decode() + "\n")
     else:
@@ -778,4 +787,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "a topic is then read from there, not from its start",
     )
     p.add_argument("--output", choices=("text", "json"), default="text", help="answer format (default text)")
+    connection.add_arguments(p, required=False)
     p.set_defaults(func=cmd)

@@ -30,7 +30,7 @@ from aiokafka.errors import KafkaError
 from schemas import records
 from streams.audit import verify
 from streams.common.errors import UsageError
-from streams.kafka import reading
+from streams.kafka import connection, reading
 
 EVENTS, RECORDS = "events", "records"
 # Progress is redrawn at most this often (and only on a terminal).
@@ -123,14 +123,16 @@ class Exporter:
             sys.stderr.write("\r" + " " * 70 + "\r")
 
 
-def export(location: str, out: IO[bytes], *, cluster: str | None) -> Exporter:
-    bootstrap, topic = reading.parse_topic_url(location)
+def export(
+    location: str, out: IO[bytes], *, cluster: str | None, kafka: connection.KafkaConfig | None = None
+) -> Exporter:
+    config, topic = reading.topic_config(location, kafka)
     verify.quiet_client_logs()
     exporter = Exporter(out, cluster=cluster, label=topic)
 
     async def read() -> None:
         # read_committed: on Kafka, records of aborted transactions are not part of the log.
-        async for m in reading.read_all(bootstrap, topic, read_committed=True):
+        async for m in reading.read_all(config, topic, read_committed=True):
             exporter.add(f"partition {m.partition} offset {m.offset}", m.value, m.key)
 
     try:
@@ -147,7 +149,8 @@ def export(location: str, out: IO[bytes], *, cluster: str | None) -> Exporter:
 def cmd(args: argparse.Namespace) -> int:
     if not args.topic.startswith("kafka://"):
         raise UsageError(f"export reads a topic: expected kafka://host:port/topic, got {args.topic}")
-    reading.parse_topic_url(args.topic)  # a bad URL fails before any file is created
+    kafka = connection.for_locations(args)
+    reading.topic_config(args.topic, kafka)  # a bad URL or config fails before any file is created
     started = time.perf_counter()
     if args.out:
         target = Path(args.out)
@@ -158,14 +161,14 @@ def cmd(args: argparse.Namespace) -> int:
             raise UsageError(f"{target}: {exc.strerror or exc}") from exc
         try:
             with handle:
-                result = export(args.topic, handle, cluster=args.cluster)
+                result = export(args.topic, handle, cluster=args.cluster, kafka=kafka)
             os.replace(partial, target)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 partial.unlink()
     else:
         try:
-            result = export(args.topic, sys.stdout.buffer, cluster=args.cluster)
+            result = export(args.topic, sys.stdout.buffer, cluster=args.cluster, kafka=kafka)
             sys.stdout.buffer.flush()
         except BrokenPipeError:
             # The reader has all it wanted; keep Python from complaining again when it flushes at exit.
@@ -196,4 +199,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("topic", metavar="kafka://host:port/topic", help="the topic to export")
     p.add_argument("--out", metavar="FILE", help="write here (default: stdout); appears only when complete")
     p.add_argument("--cluster", metavar="NAME", help="only this cluster's events or records")
+    connection.add_arguments(p, required=False)
     p.set_defaults(func=cmd)

@@ -13,7 +13,7 @@ import orjson
 from streams.common.errors import UsageError
 from streams.common.options import load_config, load_key
 from streams.common.progress import Progress
-from streams.kafka import logio
+from streams.kafka import connection, logio
 from streams.pipeline import fold
 from streams.pipeline.fold import tune_gc
 from streams.sim import simulator
@@ -66,7 +66,8 @@ def cmd(args: argparse.Namespace) -> int:
     key = load_key(args.hmac_key_file)
     started = time.perf_counter()
     bad: list[str] = []
-    events = logio.read_events(args.log, on_bad=bad.append)
+    kafka = connection.for_locations(args)
+    events = logio.read_events(args.log, on_bad=bad.append, kafka=kafka)
     if args.simulate:
         if len({e.get("cluster") or "default" for e in events}) > 1:
             raise UsageError("--simulate plays one cluster: split a multi-cluster trace by cluster")
@@ -95,7 +96,7 @@ def cmd(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     if args.compare:
-        diffs = compare(decisions, logio.read_decisions(args.compare))
+        diffs = compare(decisions, logio.read_decisions(args.compare, kafka=kafka))
         for line in diffs:
             print(line)
         print(f"{len(diffs)} decision(s) differ", file=sys.stderr)
@@ -123,4 +124,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--config", help="engine config YAML")
     p.add_argument("--hmac-key-file", help="sign re-derived records with this key (to compare signed logs)")
+    connection.add_arguments(p, required=False)
     p.set_defaults(func=cmd)

@@ -34,9 +34,9 @@ from typing import Any
 import orjson
 
 from schemas import chain
+from streams.common import signing
 from streams.common.errors import UsageError
-from streams.common.options import load_key
-from streams.kafka import logio
+from streams.kafka import connection, logio
 
 EXIT_INTACT = 0
 EXIT_TAMPERED = 1
@@ -101,7 +101,13 @@ def quiet_client_logs() -> None:
             logger.addHandler(logging.NullHandler())
 
 
-def scan(location: str, sink: Sink, *, since_ms: int | None = None) -> None:
+def scan(
+    location: str,
+    sink: Sink,
+    *,
+    kafka: connection.KafkaConfig | None = None,
+    since_ms: int | None = None,
+) -> None:
     """Feed every record of a decision log to `sink`, in log order, without holding them all.
 
     `since_ms` (epoch milliseconds) skips a topic's records the broker stamped earlier,
@@ -116,12 +122,12 @@ def scan(location: str, sink: Sink, *, since_ms: int | None = None) -> None:
 
         from streams.kafka import reading
 
-        bootstrap, topic = reading.parse_topic_url(location)
+        config, topic = reading.topic_config(location, kafka)
         quiet_client_logs()
 
         async def read() -> None:
             # read_committed: records of aborted transactions (real Kafka) never happened.
-            async for m in reading.read_all(bootstrap, topic, read_committed=True, since_ms=since_ms):
+            async for m in reading.read_all(config, topic, read_committed=True, since_ms=since_ms):
                 sink(f"partition {m.partition} offset {m.offset}", m.key, m.value)
 
         try:
@@ -215,6 +221,8 @@ class Verifier:
     """
 
     key: bytes | None = None
+    # Accepted signing keys (rotation: a log holds records of several); `key` is one of any id.
+    keys: signing.Keyring | None = None
     cluster: str | None = None  # only this cluster's records; the others are skipped
     allow_duplicates: bool = False
     pruned: bool = False  # the oldest records may be gone (retention): a chain may start mid-way
@@ -270,13 +278,17 @@ class Verifier:
         if chain.digest(prev, record) != own:
             self._fail(where, EDITED, "hash does not match the record's content", record)
             return
-        if self.key is not None:
-            if not isinstance(record.get("sig"), str):
+        keys = self.keys
+        if keys is None and self.key is not None:
+            keys = self.keys = signing.Keyring({signing.ANY_KEY_ID: self.key})
+        if keys is not None:
+            sig = record.get("sig")
+            if not isinstance(sig, str):
                 self._fail(
                     where, UNSIGNED, "no sig, and a key was given: every record must be signed", record
                 )
                 return
-            if not chain.verify_signature(self.key, record):
+            if signing.verify_with(keys, None, own, sig) is None:
                 self._fail(
                     where, BAD_SIGNATURE, "sig does not verify with the key (forged, or another key)", record
                 )
@@ -436,7 +448,9 @@ def load_anchor_file(path: str, cluster: str | None) -> list[Anchor]:
 # ---- commands --------------------------------------------------------------------------
 
 
-def run_verifier(location: str, verifier: Verifier) -> Verifier:
+def run_verifier(
+    location: str, verifier: Verifier, *, kafka: connection.KafkaConfig | None = None
+) -> Verifier:
     """Scan the whole log through `verifier`; UsageError when the input is not a decision log at all."""
     first: list[str] = []
 
@@ -448,7 +462,7 @@ def run_verifier(location: str, verifier: Verifier) -> Verifier:
                 # The very first record is not a decision: the wrong file, not a damaged log.
                 raise UsageError(f"{location}: not a decision log ({first[0]}: {verifier.problem.detail})")
 
-    scan(location, sink)
+    scan(location, sink, kafka=kafka)
     return verifier
 
 
@@ -466,7 +480,7 @@ def _summary(v: Verifier) -> str:
         extra.append(f"{v.skipped} of other clusters skipped")
     if v.duplicates:
         extra.append(f"{v.duplicates} identical duplicate(s) skipped")
-    if v.key is not None:
+    if v.keys is not None:
         extra.append("all signed")
     return "; ".join(parts) + (f" ({', '.join(extra)})" if extra else "")
 
@@ -474,12 +488,12 @@ def _summary(v: Verifier) -> str:
 def _verify(args: argparse.Namespace) -> Verifier:
     """Run the chain check that `verify` and `head` share, as their common flags say."""
     verifier = Verifier(
-        key=load_key(args.hmac_key_file),
+        keys=signing.keyring_from_args(args),
         cluster=args.cluster,
         allow_duplicates=args.allow_duplicates,
         pruned=args.pruned,
     )
-    return run_verifier(args.decisions, verifier)
+    return run_verifier(args.decisions, verifier, kafka=connection.for_locations(args))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -544,10 +558,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "decisions", metavar="DECISIONS", help="decision log: JSONL file or kafka://host:port/topic"
     )
-    p.add_argument(
-        "--hmac-key-file",
-        metavar="F",
-        help="the key the records were signed with: every record must carry a valid sig",
+    signing.add_verification_arguments(
+        p, what="every record must carry a sig that verifies with one of the keys (several: a rotation)"
     )
     p.add_argument("--cluster", metavar="NAME", help="only this cluster's chain (others are skipped)")
     p.add_argument(
@@ -562,6 +574,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         "is gone; where it starts is reported",
     )
     p.add_argument("--output", choices=("text", "json"), default="text", help="report format (default text)")
+    connection.add_arguments(p, required=False)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

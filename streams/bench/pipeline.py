@@ -1,6 +1,7 @@
 """`preemptctl bench pipeline`: the worker's fold rate and end-to-end latency, against the broker's own speed.
 
-In one run, on one broker (the embedded tansu by default, or `--broker`):
+In one run, on one broker (the embedded tansu by default, or the one
+`--bootstrap-server`/`--kafka-config` name, TLS and SASL included):
 1. raw aiokafka produce and consume rates of 1 KiB records (the broker's speed);
 2. fold rate: a PreemptionBasic-shaped log (objects plus the decisions' reactions)
    is written in records of `--events-per-record` events; a worker process then
@@ -21,6 +22,12 @@ In one run, on one broker (the embedded tansu by default, or `--broker`):
 With `--compare-tree DIR` (another checkout, e.g. the base branch), the fold
 rate is measured alternately for this tree and that one, each on a fresh
 embedded broker, and reported side by side.
+5. projection (`--projection-runs`, 0 to skip): the fold log's objects dressed
+   as a real API server holds them (streams.sim.apiserver: env, command lines,
+   volumes, probes, last-applied-configuration, container statuses; node
+   images), folded as the source used to write them (whole) and as it writes
+   them now (engine.projection), alternately, each on a fresh embedded broker:
+   the fold rate of each, side by side, and the mean event size of each.
 The result is one JSON object; the pipeline is reported as ratios of the raw rates.
 """
 
@@ -42,21 +49,22 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 
 from engine import cluster as cluster_mod
+from engine import projection
 from engine.config import Config
 from schemas import VERSION, records
 from streams.bench import machine
 from streams.brokers import embedded, process
-from streams.kafka import topics
+from streams.kafka import connection, topics
 from streams.kafka.reading import PartitionReader
 from streams.pipeline import outbox as outbox_mod
 from streams.pipeline import snapshot
 from streams.pipeline.controller import Controller
 from streams.pipeline.store import Store
 from streams.pipeline.worker import PartitionWorker, Setup, fingerprint
-from streams.sim import simulator, traces, workloads
+from streams.sim import apiserver, simulator, traces, workloads
 
 RAW_MESSAGES = 50_000
 RAW_VALUE = b"x" * 1024
@@ -75,22 +83,21 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-async def raw_rates(bootstrap: str, topic: str) -> tuple[float, float]:
-    await topics.ensure_topics(bootstrap, [topics.TopicSpec(topic)])
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=256 * 1024)
-    await producer.start()
+async def raw_rates(kafka: connection.KafkaConfig, topic: str) -> tuple[float, float]:
+    await topics.ensure_topics(kafka, [topics.TopicSpec(topic)])
+    producer = kafka.producer(linger_ms=5, max_batch_size=256 * 1024)
+    await connection.start(kafka, producer)
     started = time.perf_counter()
     futures = [await producer.send(topic, RAW_VALUE) for _ in range(RAW_MESSAGES)]
     await asyncio.gather(*futures)
     produce = RAW_MESSAGES / (time.perf_counter() - started)
     await producer.stop()
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
+    consumer = kafka.consumer(
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         max_partition_fetch_bytes=8 * 1024 * 1024,
     )
-    await consumer.start()
+    await connection.start(kafka, consumer)
     tp = TopicPartition(topic, 0)
     consumer.assign([tp])
     await consumer.seek_to_beginning(tp)
@@ -111,7 +118,7 @@ def _metric(port: int, name: str) -> float:
 
 
 def _worker(
-    url: str, store: Path, group: str, port: int, tree: Path | None = None
+    kafka_args: list[str], store: Path, group: str, port: int, tree: Path | None = None
 ) -> subprocess.Popen[bytes]:
     """A worker process of this tree, or of another checkout's (`tree`) with the same interpreter."""
     env = dict(os.environ)
@@ -122,8 +129,7 @@ def _worker(
         "-m",
         "streams.cli",
         "worker",
-        "--broker",
-        url,
+        *kafka_args,
         "--store-dir",
         str(store),
         "--group-id",
@@ -142,15 +148,16 @@ def _worker(
     )
 
 
-async def _produce_log(bootstrap: str, cluster: str, log: list[dict[str, Any]], per_record: int) -> int:
+async def _produce_log(
+    kafka: connection.KafkaConfig, cluster: str, log: list[dict[str, Any]], per_record: int
+) -> int:
     """Write the log in records of `per_record` events; the last record's offset."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
+    producer = kafka.producer(
         linger_ms=5,
         max_batch_size=1024 * 1024,
         max_request_size=topics.RECORD_MAX_BYTES,
     )
-    await producer.start()
+    await connection.start(kafka, producer)
     futures = []
     for i in range(0, len(log), per_record):
         events = [{k: v for k, v in e.items() if k != "cluster"} for e in log[i : i + per_record]]
@@ -174,8 +181,8 @@ def _metric_labelled(port: int, name: str) -> float:
 
 
 def fold_rate(
-    url: str,
-    bootstrap: str,
+    kafka_args: list[str],
+    kafka: connection.KafkaConfig,
     log: list[dict[str, Any]],
     per_record: int,
     tmp: Path,
@@ -190,10 +197,10 @@ def fold_rate(
     (before the commit timer), when it has folded the whole log and stopped.
     """
     cluster = f"bench-{uuid.uuid4().hex[:6]}"
-    last_offset = asyncio.run(_produce_log(bootstrap, cluster, log, per_record))
+    last_offset = asyncio.run(_produce_log(kafka, cluster, log, per_record))
     port = process.free_loopback_port()
     store = Path(tempfile.mkdtemp(prefix="fold-", dir=tmp)) / "store"
-    proc = _worker(url, store, f"bench-fold-{cluster}", port, tree)
+    proc = _worker(kafka_args, store, f"bench-fold-{cluster}", port, tree)
     try:
         deadline = time.monotonic() + FOLD_TIMEOUT_S
         first_t = first_n = last_t = last_n = 0.0
@@ -226,6 +233,39 @@ def fold_rate(
     }
 
 
+def fold_projection_side_by_side(
+    log: list[dict[str, Any]], per_record: int, tmp: Path, runs: int
+) -> dict[str, Any]:
+    """The fold rate of whole objects against their projections, alternately on fresh embedded brokers."""
+    whole = apiserver.dress_log(log)
+    projected = [
+        {**e, "object": projection.project(e["object"])} if isinstance(e.get("object"), dict) else e
+        for e in whole
+    ]
+    rates: dict[str, list[float]] = {"whole": [], "projected": []}
+    for _ in range(runs):
+        for label, events in (("whole", whole), ("projected", projected)):
+            with embedded.EmbeddedBroker() as broker:
+                kafka = connection.KafkaConfig(bootstrap=broker.bootstrap)
+                asyncio.run(topics.ensure_topics(kafka))
+                rates[label].append(
+                    fold_rate(["--broker", broker.url], kafka, events, per_record, tmp)["fold_events_per_s"]
+                )
+
+    def mean_bytes(events: list[dict[str, Any]]) -> int:
+        return round(sum(len(orjson.dumps(e)) for e in events) / max(1, len(events)))
+
+    return {
+        "projection_fold_whole_events_per_s": rates["whole"],
+        "projection_fold_projected_events_per_s": rates["projected"],
+        "projection_fold_projected_vs_whole_median": round(
+            statistics.median(rates["projected"]) / statistics.median(rates["whole"]), 3
+        ),
+        "projection_event_bytes_whole_mean": mean_bytes(whole),
+        "projection_event_bytes_projected_mean": mean_bytes(projected),
+    }
+
+
 def fold_side_by_side(
     log: list[dict[str, Any]], per_record: int, tmp: Path, other: Path, runs: int
 ) -> dict[str, Any]:
@@ -234,9 +274,10 @@ def fold_side_by_side(
     for _ in range(runs):
         for label, tree in (("after", None), ("before", other)):
             with embedded.EmbeddedBroker() as broker:
-                asyncio.run(topics.ensure_topics(broker.bootstrap))
+                kafka = connection.KafkaConfig(bootstrap=broker.bootstrap)
+                asyncio.run(topics.ensure_topics(kafka))
                 rates[label].append(
-                    fold_rate(broker.url, broker.bootstrap, log, per_record, tmp, tree=tree)[
+                    fold_rate(["--broker", broker.url], kafka, log, per_record, tmp, tree=tree)[
                         "fold_events_per_s"
                     ]
                 )
@@ -252,7 +293,9 @@ def fold_side_by_side(
 # ---- recovery from a snapshot -------------------------------------------------------------
 
 
-async def _write_snapshot(bootstrap: str, cluster: str, pods: int, history: int, tmp: Path) -> dict[str, Any]:
+async def _write_snapshot(
+    kafka: connection.KafkaConfig, cluster: str, pods: int, history: int, tmp: Path
+) -> dict[str, Any]:
     """A snapshot of a `pods`-pod cluster whose state reflects `history` events, at a real log position."""
     objects = workloads.cluster_objects(pods // 4)
     # The record at the snapshot's position: its fingerprint ties the snapshot to this log.
@@ -260,11 +303,11 @@ async def _write_snapshot(bootstrap: str, cluster: str, pods: int, history: int,
     anchor = orjson.dumps(
         {"v": VERSION, "cluster": cluster, "events": [{"ts": workloads.EPOCH, "type": "TICK"}]}
     )
-    producer = outbox_mod.new_producer(bootstrap)
-    await producer.start()
+    producer = outbox_mod.new_producer(kafka)
+    await connection.start(kafka, producer)
     try:
         position = (await producer.send_and_wait(records.CLUSTER_EVENTS, anchor, key=anchor_key)).offset
-        async with PartitionReader(bootstrap) as reader:
+        async with PartitionReader(kafka) as reader:
             decisions_next = (await reader.bounds(records.DECISIONS, 0))[1]
         ctl = Controller(cluster, Config())
         ctl.seq = history
@@ -311,22 +354,24 @@ def _suffix(cluster: str, pods: int, events: int) -> list[dict[str, Any]]:
     return out
 
 
-def recovery(bootstrap: str, pods: int, history: int, suffix: int, tmp: Path) -> dict[str, Any]:
+def recovery(
+    kafka: connection.KafkaConfig, pods: int, history: int, suffix: int, tmp: Path
+) -> dict[str, Any]:
     cluster = f"rec-{uuid.uuid4().hex[:6]}"
-    written = asyncio.run(_write_snapshot(bootstrap, cluster, pods, history, tmp))
-    asyncio.run(_produce_log(bootstrap, cluster, _suffix(cluster, pods, suffix), RECOVERY_EVENTS_PER_RECORD))
+    written = asyncio.run(_write_snapshot(kafka, cluster, pods, history, tmp))
+    asyncio.run(_produce_log(kafka, cluster, _suffix(cluster, pods, suffix), RECOVERY_EVENTS_PER_RECORD))
 
     async def recover() -> dict[str, Any]:
         async def new_outbox(partition: int) -> outbox_mod.Outbox:
-            producer = outbox_mod.new_producer(bootstrap)
-            await producer.start()
+            producer = outbox_mod.new_producer(kafka)
+            await connection.start(kafka, producer)
             return outbox_mod.KafkaOutbox(producer, transactional=False, owns_producer=True)
 
         setup = Setup(
             config=Config(),
             key=None,
             store_dir=tmp / "recovered",
-            reader=lambda: PartitionReader(bootstrap),
+            reader=lambda: PartitionReader(kafka),
             outbox=new_outbox,
         )
         started = time.perf_counter()
@@ -353,13 +398,17 @@ def recovery(bootstrap: str, pods: int, history: int, suffix: int, tmp: Path) ->
 
 
 async def _latency(
-    bootstrap: str, cluster: str, log: list[dict[str, Any]], triggers: dict[int, str], rate: float
+    kafka: connection.KafkaConfig,
+    cluster: str,
+    log: list[dict[str, Any]],
+    triggers: dict[int, str],
+    rate: float,
 ) -> list[float]:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+    producer = kafka.producer(linger_ms=0)
     # A short fetch wait: tansu holds a fetch for the whole wait, which would be measured as latency.
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=10)
-    await producer.start()
-    await consumer.start()
+    consumer = kafka.consumer(enable_auto_commit=False, fetch_max_wait_ms=10)
+    await connection.start(kafka, producer)
+    await connection.start(kafka, consumer)
     tp = TopicPartition(records.DECISIONS, 0)
     consumer.assign([tp])
     await consumer.seek_to_end(tp)
@@ -399,13 +448,15 @@ async def _latency(
     return [(received[k] - sent[k]) * 1000 for k in sent if k in received]
 
 
-def latency(url: str, bootstrap: str, nodes: int, rate: float, tmp: Path) -> dict[str, Any]:
+def latency(
+    kafka_args: list[str], kafka: connection.KafkaConfig, nodes: int, rate: float, tmp: Path
+) -> dict[str, Any]:
     cluster = f"lat-{uuid.uuid4().hex[:6]}"
     expected = simulator.simulate([dict(e, cluster=cluster) for e in traces.basic(nodes)], Config())
     # Which event (by its position in the log) leads to which decision.
     triggers = {d["seq"]: d["id"] for d in expected.decisions}
     port = process.free_loopback_port()
-    proc = _worker(url, tmp / "lat-store", f"bench-lat-{cluster}", port)
+    proc = _worker(kafka_args, tmp / "lat-store", f"bench-lat-{cluster}", port)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # wait until the worker is in its group, ready
@@ -413,7 +464,7 @@ def latency(url: str, bootstrap: str, nodes: int, rate: float, tmp: Path) -> dic
                 if urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1).status == 200:
                     break
             time.sleep(0.2)
-        lat = asyncio.run(_latency(bootstrap, cluster, expected.log, triggers, rate))
+        lat = asyncio.run(_latency(kafka, cluster, expected.log, triggers, rate))
     finally:
         proc.terminate()
         proc.wait(20)
@@ -430,30 +481,38 @@ def latency(url: str, bootstrap: str, nodes: int, rate: float, tmp: Path) -> dic
 
 def cmd(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
-        if args.broker:
-            url = args.broker
-            name = "kafka (given)"
+        if connection.given(args):
+            kafka = connection.from_args(args)
+            name = f"kafka (given: {kafka.security_protocol})"
+            kafka_args = ["--bootstrap-server", kafka.bootstrap]
+            kafka_args += ["--kafka-config", args.kafka_config] if args.kafka_config else []
         else:
-            url = stack.enter_context(embedded.EmbeddedBroker()).url
+            broker = stack.enter_context(embedded.EmbeddedBroker())
+            kafka = connection.KafkaConfig(bootstrap=broker.bootstrap)
             name = "tansu (embedded)"
-        bootstrap = topics.parse_broker_url(url)
-        asyncio.run(topics.ensure_topics(bootstrap))
+            kafka_args = ["--bootstrap-server", broker.bootstrap]
+        asyncio.run(topics.ensure_topics(kafka))
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="preemptctl-bench-")))
         raw_topic = f"bench-raw-{uuid.uuid4().hex[:6]}"
-        produce, consume = asyncio.run(raw_rates(bootstrap, raw_topic))
+        produce, consume = asyncio.run(raw_rates(kafka, raw_topic))
         # Latency first, on an empty cluster-events topic: a worker of a new group reads
         # the topic from its start, and a backlog would be measured as latency.
-        lat = latency(url, bootstrap, args.latency_nodes, args.rate, tmp)
+        lat = latency(kafka_args, kafka, args.latency_nodes, args.rate, tmp)
         lat.pop("events_offered")
         log = simulator.simulate(traces.basic(args.nodes), Config()).log
-        fold = fold_rate(url, bootstrap, log, args.events_per_record, tmp)
+        fold = fold_rate(kafka_args, kafka, log, args.events_per_record, tmp)
         compared = (
             fold_side_by_side(log, args.events_per_record, tmp, Path(args.compare_tree), args.compare_runs)
             if args.compare_tree
             else {}
         )
+        projected = (
+            fold_projection_side_by_side(log, args.events_per_record, tmp, args.projection_runs)
+            if args.projection_runs
+            else {}
+        )
         rec = (
-            recovery(bootstrap, args.recovery_pods, args.recovery_history, args.recovery_suffix, tmp)
+            recovery(kafka, args.recovery_pods, args.recovery_history, args.recovery_suffix, tmp)
             if args.recovery_pods
             else {}
         )
@@ -465,6 +524,7 @@ def cmd(args: argparse.Namespace) -> int:
         **fold,
         "fold_vs_raw_produce": round(fold["fold_events_per_s"] / produce, 3),
         **compared,
+        **projected,
         **lat,
         **rec,
         "machine": machine.describe(),
@@ -484,9 +544,10 @@ def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  preemptctl bench pipeline --output json\n"
-        "  preemptctl bench pipeline --broker kafka://127.0.0.1:9092 --output json",
+        "  preemptctl bench pipeline --bootstrap-server 127.0.0.1:9092 --output json\n"
+        "  preemptctl bench pipeline --bootstrap-server 127.0.0.1:9093 --kafka-config client.properties",
     )
-    p.add_argument("--broker", help="kafka://host:port (default: the embedded tansu)")
+    connection.add_arguments(p, required=False)
     p.add_argument(
         "--nodes", type=int, default=2000, help="PreemptionBasic nodes in the fold log (default 2000)"
     )
@@ -514,6 +575,12 @@ def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--compare-tree", metavar="DIR", help="another checkout: fold rates side by side with it")
     p.add_argument(
         "--compare-runs", type=int, default=2, help="runs per tree with --compare-tree (default 2)"
+    )
+    p.add_argument(
+        "--projection-runs",
+        type=int,
+        default=2,
+        help="fold runs each of whole objects and of their projections, alternately (default 2; 0 skips)",
     )
     p.add_argument("--output", choices=("json", "text"), default="text")
     p.set_defaults(func=cmd)

@@ -6,6 +6,13 @@ into a cache dir, and each `LocalKafka` formats a fresh temp log dir with
 `kafka.tools.StorageTool` and runs `kafka.Kafka` on it. Unlike the embedded tansu,
 this broker has transactions, read_committed, compaction and exact end offsets.
 
+With `security=Security(...)` it is a secured Kafka as production runs one: a
+SASL_SSL listener (SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN users), an SSL
+listener that requires a client certificate (mTLS; also the inter-broker
+listener), a controller listener over mTLS, and the StandardAuthorizer with no
+access unless an ACL grants it. The certificates and users come from the caller
+(the tests generate them with openssl and keytool: tests/secure_kafka.py).
+
     python -m streams.brokers.kafka_local [--port 9092] [--create-topics]
 
 prints the bootstrap address on stdout and serves until Ctrl-C.
@@ -17,15 +24,18 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 from typing import IO
@@ -76,18 +86,104 @@ log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
 """
 
 
-def server_properties(*, port: int, controller_port: int, log_dir: Path) -> str:
+@dataclasses.dataclass(frozen=True)
+class Security:
+    """What a secured LocalKafka is given: its TLS stores, its users, who may bypass ACLs.
+
+    The broker's certificate must name 127.0.0.1 (an IP SAN): clients, and the broker
+    itself on its inter-broker listener, check the host name. Principals of client
+    certificates are their CN (`ssl.principal.mapping.rules`).
+    """
+
+    keystore: Path  # PKCS12: the broker's key and certificate chain
+    truststore: Path  # PKCS12: the CA that signs the brokers' and the clients' certificates
+    store_password: str
+    ca_file: Path  # PEM of that CA, for the readiness probe
+    # A client certificate and key (PEM) of a super user, for the readiness probe on the mTLS listener.
+    probe_cert: Path
+    probe_key: Path
+    # SCRAM users created when the log dir is formatted: name -> password (both SHA-256 and -512).
+    scram_users: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # PLAIN users (the broker's JAAS file): name -> password.
+    plain_users: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # Principals (`User:NAME`) that bypass ACLs: the broker's own certificate CN at least.
+    super_users: tuple[str, ...] = ()
+
+    def probe_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.load_cert_chain(str(self.probe_cert), str(self.probe_key))
+        return context
+
+
+# The JAAS option values are quoted in the broker's config; keep test passwords to what needs no escaping.
+_JAAS_SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def _secured_listeners(security: Security, *, port: int, tls_port: int, controller_port: int) -> list[str]:
+    plain = " ".join(f'user_{name}="{password}"' for name, password in sorted(security.plain_users.items()))
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    return [
+        f"listeners=SASL_SSL://127.0.0.1:{port},SSL://127.0.0.1:{tls_port},CONTROLLER://127.0.0.1:{controller_port}",
+        f"advertised.listeners=SASL_SSL://127.0.0.1:{port},SSL://127.0.0.1:{tls_port}",
+        "listener.security.protocol.map=SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:SSL",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=SSL",
+        "ssl.keystore.type=PKCS12",
+        f"ssl.keystore.location={security.keystore}",
+        f"ssl.keystore.password={security.store_password}",
+        "ssl.truststore.type=PKCS12",
+        f"ssl.truststore.location={security.truststore}",
+        f"ssl.truststore.password={security.store_password}",
+        # mTLS on the SSL and controller listeners; SASL_SSL clients authenticate by SASL.
+        "listener.name.ssl.ssl.client.auth=required",
+        "listener.name.controller.ssl.client.auth=required",
+        "ssl.principal.mapping.rules=RULE:^(.*,)?CN=([^,]+)(,.*)?$/$2/,DEFAULT",
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256"
+        + (",PLAIN" if security.plain_users else ""),
+        f"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={scram}",
+        f"listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config={scram}",
+        *(
+            [
+                f"listener.name.sasl_ssl.plain.sasl.jaas.config="
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain};"
+            ]
+            if security.plain_users
+            else []
+        ),
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found=false",
+        f"super.users={';'.join(security.super_users)}",
+    ]
+
+
+def server_properties(
+    *,
+    port: int,
+    controller_port: int,
+    log_dir: Path,
+    security: Security | None = None,
+    tls_port: int | None = None,
+) -> str:
     """The KRaft single-node config: one process is broker and controller."""
-    return "\n".join(
-        [
-            "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+    if security is None:
+        listeners = [
             f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
             f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
+        ]
+    else:
+        assert tls_port is not None, "a secured broker has a second (mTLS) listener"
+        listeners = _secured_listeners(
+            security, port=port, tls_port=tls_port, controller_port=controller_port
+        )
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+            *listeners,
             f"log.dirs={log_dir}",
             # One node: every internal topic must be satisfiable by one replica, or
             # consumer groups and transactions never get a coordinator.
@@ -210,9 +306,16 @@ class LocalKafka(process.BrokerProcess):
         log_path: Path | None = None,
         ready_timeout_s: float = KAFKA_READY_TIMEOUT_S,
         stop_timeout_s: float = KAFKA_STOP_TIMEOUT_S,
+        security: Security | None = None,
     ) -> None:
         super().__init__(port=port, log_path=log_path)
         self._cache = cache
+        self.security = security
+        self._tls_port: int | None = None
+        if security is not None:
+            for name, password in (*security.scram_users.items(), *security.plain_users.items()):
+                if not (_JAAS_SAFE.match(name) and _JAAS_SAFE.match(password)):
+                    raise ValueError(f"user {name!r}: names and passwords of [A-Za-z0-9_.-] only")
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self._java: Path | None = None
@@ -238,19 +341,46 @@ class LocalKafka(process.BrokerProcess):
             *args,
         ]
 
+    @property
+    def tls_bootstrap(self) -> str:
+        """`127.0.0.1:PORT` of the mTLS listener of a secured broker (the SASL_SSL one is `bootstrap`)."""
+        if self._tls_port is None or self.security is None:
+            raise BrokerUnavailable("kafka is not running secured")
+        return f"127.0.0.1:{self._tls_port}"
+
+    def _probe(self, port: int) -> bool:
+        if self.security is None or self._tls_port is None:
+            return super()._probe(port)
+        return process.probe_metadata("127.0.0.1", self._tls_port, tls=self.security.probe_context())
+
     def _launch(self, port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
         assert self._workdir is not None
         # A retry after a port clash starts over with fresh ports and an empty log dir.
         data = self._workdir / "data"
         shutil.rmtree(data, ignore_errors=True)
         config = self._workdir / "server.properties"
+        self._tls_port = process.free_loopback_port() if self.security is not None else None
         config.write_text(
-            server_properties(port=port, controller_port=process.free_loopback_port(), log_dir=data)
+            server_properties(
+                port=port,
+                controller_port=process.free_loopback_port(),
+                log_dir=data,
+                security=self.security,
+                tls_port=self._tls_port,
+            )
         )
+        # SCRAM credentials live in the cluster metadata: a secured broker's users are written
+        # at format time (KIP-900), so they exist before the first client connects.
+        scram = [
+            arg
+            for name, password in sorted(self.security.scram_users.items() if self.security else ())
+            for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256")
+            for arg in ("--add-scram", f"{mechanism}=[name={name},password={password}]")
+        ]
         try:
             formatted = subprocess.run(
                 self._java_command(
-                    "kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(config)
+                    "kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(config), *scram
                 ),
                 stdin=subprocess.DEVNULL,
                 stdout=log,

@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import re
 import socket
+import ssl
 import struct
 import subprocess
 import tempfile
@@ -54,14 +55,20 @@ def free_loopback_port() -> int:
         return port
 
 
-def probe_metadata(host: str, port: int, *, timeout: float = PROBE_TIMEOUT_S) -> bool:
-    """True when host:port answers a Kafka metadata request listing at least one broker."""
+def probe_metadata(
+    host: str, port: int, *, timeout: float = PROBE_TIMEOUT_S, tls: ssl.SSLContext | None = None
+) -> bool:
+    """True when host:port answers a Kafka metadata request listing at least one broker
+    (over TLS with `tls`, for a listener that speaks nothing else)."""
     header = struct.pack(
         ">hhih", _METADATA_API_KEY, _METADATA_API_VERSION, _PROBE_CORRELATION_ID, len(_PROBE_CLIENT_ID)
     )
     request = header + _PROBE_CLIENT_ID + struct.pack(">i", 0)
     try:
-        with socket.create_connection((host, port), timeout=timeout) as conn:
+        with contextlib.ExitStack() as stack:
+            conn = stack.enter_context(socket.create_connection((host, port), timeout=timeout))
+            if tls is not None:
+                conn = stack.enter_context(tls.wrap_socket(conn, server_hostname=host))
             conn.sendall(struct.pack(">i", len(request)) + request)
             answer = _recv_exactly(conn, 4)
             (size,) = struct.unpack(">i", answer)
@@ -177,6 +184,10 @@ class BrokerProcess:
     def _launch(self, port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
         raise NotImplementedError
 
+    def _probe(self, port: int) -> bool:
+        """Does the broker answer on `port` yet? (A TLS-only broker overrides how it is asked.)"""
+        return probe_metadata("127.0.0.1", port)
+
     def _cleanup(self) -> None:
         """Remove what _prepare or the broker left behind."""
 
@@ -218,7 +229,7 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 return False
-            if probe_metadata("127.0.0.1", port):
+            if self._probe(port):
                 return True
             time.sleep(READY_POLL_INTERVAL_S)
         return False

@@ -6,8 +6,10 @@ This module owns the probe contract the Helm chart relies on:
 - `/readyz`: 503 until the component says it is ready (the source after its
   initial list is in the log, the actuator after its ledger is recovered);
 - `/metrics`: the Prometheus text format of the process's default registry;
-- any further GET routes a component adds (`routes=`), e.g. the worker's
-  materialized tables.
+- any further GET routes a component adds (`routes=`). The worker's table
+  views are not among them: they are the whole cluster inventory and get their
+  own server (`RouteServer`, the worker's `--tables-port`, bound to localhost),
+  never the port Prometheus and the NetworkPolicy open.
 
 Components record their own metrics where the effect happens; this module only
 adds `preemptctl_ready` and `preemptctl_build_info`.
@@ -130,6 +132,47 @@ class HealthServer:
         if addresses:
             self.port = int(addresses[0][1])
         log.info("%s health and metrics on http://%s:%d", self.health.component, self._host, self.port)
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+# Where a server of views for operators binds unless told otherwise: only a port-forward
+# (or a process in the pod) reaches it.
+LOCALHOST = "127.0.0.1"
+
+
+class RouteServer:
+    """GET routes on their own address, nothing else: `async with RouteServer(routes, port=0) as s`."""
+
+    def __init__(self, routes: Sequence[Route], *, host: str = LOCALHOST, port: int) -> None:
+        self._routes = tuple(routes)
+        self._host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> Self:
+        app = web.Application()
+        for path, handler in self._routes:
+            app.router.add_get(path, handler)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self._host, self.port).start()
+        addresses = self._runner.addresses
+        if addresses:
+            self.port = int(addresses[0][1])
+        log.info("views on http://%s:%d", self._host, self.port)
         return self
 
     async def stop(self) -> None:

@@ -23,6 +23,7 @@ from aiokafka.errors import KafkaError
 from prometheus_client import Gauge
 
 from schemas import records
+from streams.kafka import connection
 
 log = logging.getLogger(__name__)
 
@@ -69,32 +70,37 @@ async def measure(
 
 
 async def watch(
-    bootstrap: str, *, group: str, topic: str = records.CLUSTER_EVENTS, interval_s: float = DEFAULT_INTERVAL_S
+    kafka: connection.Connect,
+    *,
+    group: str,
+    topic: str = records.CLUSTER_EVENTS,
+    interval_s: float = DEFAULT_INTERVAL_S,
 ) -> None:
     """Export `group`'s lag on `topic` every `interval_s` until cancelled.
 
     Broker errors are logged and the check retried: the lag must never take its host component down.
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    config = connection.of(kafka)
+    admin = config.admin()
+    consumer = config.consumer(enable_auto_commit=False)
     started: list[AIOKafkaAdminClient | AIOKafkaConsumer] = []
     try:
         while True:
             try:
                 async with asyncio.timeout(CHECK_TIMEOUT_S):
-                    for client in (admin, consumer):
-                        if client not in started:
-                            await client.start()
-                            started.append(client)
+                    for each in (admin, consumer):
+                        if each not in started:
+                            await connection.start(config, each)
+                            started.append(each)
                     lag = await measure(admin, consumer, group=group, topic=topic)
                 for partition, behind in lag.items():
                     LAG.labels(group, topic, str(partition)).set(behind)
-            except (KafkaError, OSError, TimeoutError) as exc:
+            except (KafkaError, OSError, TimeoutError, connection.BrokerUnavailable) as exc:
                 log.warning("measuring the lag of %s on %s failed (%s); retrying", group, topic, exc)
             await asyncio.sleep(interval_s)
     finally:
-        for client in started:
-            await (client.close() if isinstance(client, AIOKafkaAdminClient) else client.stop())
+        for each in started:
+            await (each.close() if isinstance(each, AIOKafkaAdminClient) else each.stop())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -116,8 +122,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def start(bootstrap: str, args: argparse.Namespace) -> asyncio.Task[None] | None:
+def start(
+    kafka: connection.Connect, args: argparse.Namespace, *, topic: str = records.CLUSTER_EVENTS
+) -> asyncio.Task[None] | None:
     """The lag watch `add_arguments`' flags ask for, as a task (None when turned off)."""
     if not args.lag_group:
         return None
-    return asyncio.create_task(watch(bootstrap, group=args.lag_group, interval_s=args.lag_interval_seconds))
+    return asyncio.create_task(
+        watch(kafka, group=args.lag_group, topic=topic, interval_s=args.lag_interval_seconds)
+    )

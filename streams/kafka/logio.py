@@ -12,13 +12,19 @@ import orjson
 from schemas import records
 from schemas.records import event_problem
 from streams.common.errors import UsageError
+from streams.kafka import connection
 
 
 def is_kafka(location: str) -> bool:
     return location.startswith("kafka://")
 
 
-def read_events(location: str, *, on_bad: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def read_events(
+    location: str,
+    *,
+    on_bad: Callable[[str], None] | None = None,
+    kafka: connection.KafkaConfig | None = None,
+) -> list[dict[str, Any]]:
     """Every event of a log, in order, each with its `cluster`.
 
     From a topic, what the worker would dead-letter is left out the same way: a
@@ -31,7 +37,7 @@ def read_events(location: str, *, on_bad: Callable[[str], None] | None = None) -
         return read_trace(Path(location))
     from streams.kafka import reading  # the Kafka client only for a topic: a file needs none
 
-    bootstrap, topic = reading.parse_topic_url(location)
+    config, topic = reading.topic_config(location, kafka)
 
     def bad(where: str, why: str) -> None:
         if on_bad is not None:
@@ -39,7 +45,7 @@ def read_events(location: str, *, on_bad: Callable[[str], None] | None = None) -
 
     async def collect() -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        async for m in reading.read_all(bootstrap, topic):
+        async for m in reading.read_all(config, topic):
             where = f"{topic}/{m.partition}@{m.offset}"
             try:
                 batch = records.decode_envelope(m.value)
@@ -61,16 +67,14 @@ def read_events(location: str, *, on_bad: Callable[[str], None] | None = None) -
     return asyncio.run(collect())
 
 
-def read_decisions(location: str) -> list[dict[str, Any]]:
+def read_decisions(location: str, *, kafka: connection.KafkaConfig | None = None) -> list[dict[str, Any]]:
     if is_kafka(location):
         from streams.kafka import reading  # the Kafka client only for a topic: a file needs none
 
-        bootstrap, topic = reading.parse_topic_url(location)
+        config, topic = reading.topic_config(location, kafka)
 
         async def collect() -> list[dict[str, Any]]:
-            return [
-                orjson.loads(m.value) async for m in reading.read_all(bootstrap, topic, read_committed=True)
-            ]
+            return [orjson.loads(m.value) async for m in reading.read_all(config, topic, read_committed=True)]
 
         return asyncio.run(collect())
     path = Path(location)

@@ -9,15 +9,16 @@ polling until the end offsets are reached *and* a poll comes back empty.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from streams.common.errors import UsageError
-from streams.kafka import topics
+from streams.kafka import connection, topics
 
 # An empty poll this long after reaching the reported end means the topic is read.
 IDLE_POLL_MS = 300
@@ -41,18 +42,37 @@ class Message:
 
 
 def parse_topic_url(url: str) -> tuple[str, str]:
-    """kafka://host:port/topic -> (bootstrap, topic)."""
+    """kafka://host:port[,host:port]/topic -> (bootstrap, topic).
+
+    `kafka:///topic` (no host) leaves the brokers to --bootstrap-server or the
+    --kafka-config file (`topic_config`): the bootstrap returned is then "".
+    """
     if not url.startswith("kafka://"):
         raise UsageError(f"not a kafka:// URL: {url}")
     rest = url[len("kafka://") :]
     bootstrap, _, topic = rest.partition("/")
-    if not bootstrap or not topic or ":" not in bootstrap:
+    if not topic or (bootstrap and ":" not in bootstrap):
         raise UsageError(f"expected kafka://host:port/topic, got {url}")
+    if bootstrap:
+        bootstrap = connection.parse_bootstrap(bootstrap, what="kafka:// URL")
     return bootstrap, topic
 
 
+def topic_config(url: str, kafka: connection.KafkaConfig | None) -> tuple[connection.KafkaConfig, str]:
+    """The Kafka and the topic of a kafka:// location: the URL's brokers with the connection
+    flags' security settings (`kafka`), or the flags' brokers when the URL names none."""
+    bootstrap, topic = parse_topic_url(url)
+    if kafka is None:
+        kafka = connection.KafkaConfig(bootstrap="")
+    if bootstrap:
+        kafka = dataclasses.replace(kafka, bootstrap=bootstrap)
+    if not kafka.bootstrap:
+        raise UsageError(f"{url} names no broker: give kafka://host:port/topic or --bootstrap-server")
+    return kafka, topic
+
+
 async def read_all(
-    bootstrap: str,
+    kafka: connection.Connect,
     topic: str,
     *,
     read_committed: bool = False,
@@ -61,8 +81,8 @@ async def read_all(
 ) -> AsyncIterator[Message]:
     """Every record of the topic (of `partitions`), or those from the first one at or after the
     broker timestamp `since_ms` (epoch milliseconds), until the end offsets taken at start."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
+    config = connection.of(kafka)
+    consumer = config.consumer(
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
@@ -70,12 +90,12 @@ async def read_all(
     )
     try:
         # Inside the try: a broker that cannot be reached still gets the consumer stopped.
-        await consumer.start()
+        await connection.start(config, consumer)
         deadline = asyncio.get_running_loop().time() + METADATA_TIMEOUT_S
         parts = consumer.partitions_for_topic(topic)
         while not parts:
             if asyncio.get_running_loop().time() > deadline:
-                raise UsageError(f"topic {topic} not found on {bootstrap}")
+                raise UsageError(f"topic {topic} not found on {config.describe()}")
             await consumer._client.force_metadata_update()
             parts = consumer.partitions_for_topic(topic)
         tps = [TopicPartition(topic, p) for p in sorted(parts) if partitions is None or p in partitions]
@@ -107,9 +127,9 @@ class PartitionReader:
     unless asked to. Use as an async context manager.
     """
 
-    def __init__(self, bootstrap: str, *, read_committed: bool = False) -> None:
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
+    def __init__(self, kafka: connection.Connect, *, read_committed: bool = False) -> None:
+        self._kafka = connection.of(kafka)
+        self._consumer = self._kafka.consumer(
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
@@ -119,7 +139,7 @@ class PartitionReader:
 
     async def __aenter__(self) -> Self:
         try:
-            await self._consumer.start()
+            await connection.start(self._kafka, self._consumer)
         except BaseException:
             await self._consumer.stop()
             raise

@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol, Self
 
-from aiokafka import AIOKafkaProducer
-
-from streams.kafka import topics
+from streams.kafka import connection, topics
 
 # Acknowledged by every in-sync replica before `send` returns: a record the source
 # or actuator considers written must survive the loss of the partition leader.
@@ -71,13 +69,13 @@ class MemorySink:
 class KafkaSink:
     """An aiokafka producer behind `send`; use as an async context manager."""
 
-    def __init__(self, bootstrap: str, *, client_id: str = "preemptctl") -> None:
+    def __init__(self, kafka: connection.Connect, *, client_id: str = "preemptctl") -> None:
+        self._kafka = connection.of(kafka)
         # Not idempotent: the embedded tansu broker cannot serve InitProducerId
         # (DESIGN §11). Duplicates after a retry are harmless downstream: object
         # events fold idempotently by resourceVersion and outcomes are deduplicated
         # by (decision id, victim uid).
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap,
+        self._producer = self._kafka.producer(
             client_id=client_id,
             acks=PRODUCER_ACKS,
             request_timeout_ms=PRODUCER_REQUEST_TIMEOUT_MS,
@@ -90,7 +88,11 @@ class KafkaSink:
         await self._producer.send_and_wait(topic, value, key=key, headers=list(headers))
 
     async def __aenter__(self) -> Self:
-        await self._producer.start()
+        try:
+            await connection.start(self._kafka, self._producer)
+        except BaseException:
+            await self._producer.stop()
+            raise
         return self
 
     async def __aexit__(

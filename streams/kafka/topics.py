@@ -1,20 +1,28 @@
 """The topics and how a broker is named: what every component agrees on about Kafka.
 
-This module owns the topic names and their configs (`TOPICS`, `topic_specs`),
-the record size limits every producer and topic share, `ensure_topics`, which
-creates the missing topics on any Kafka-protocol broker, `check_partitions`,
-and `parse_broker_url`, the one reading of `--broker kafka://host:port`.
+This module owns the topic names (`Names`: the five topics under one
+`--topic-prefix`) and their configs (`topic_specs`, `Layout`: names plus the
+replication factor and min.insync.replicas of the topics a component creates,
+with their flags), the record size limits every producer and topic share, and
+`ensure_topics`, which creates the missing topics on any Kafka-protocol broker.
+How a broker is reached (addresses, TLS, SASL) is streams.kafka.connection's.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import re
 from collections.abc import Iterable
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError
 
-from streams.common.errors import BadBrokerUrl
+from streams.common.errors import UsageError
+from streams.kafka import connection
+from streams.kafka.connection import BrokerUnavailable, parse_broker_url
+
+__all__ = ["BrokerUnavailable", "parse_broker_url"]  # kept here for the modules that import them from here
 
 CLUSTER_EVENTS = "preemption.cluster-events"
 DECISIONS = "preemption.decisions"
@@ -27,8 +35,14 @@ SNAPSHOTS = "preemption.snapshots"
 # One partition keeps each cluster's events in one total order, which is what makes
 # decisions a pure function of the log; more partitions only help many clusters.
 DEFAULT_PARTITIONS = 1
-# Right for the embedded broker and single-node test Kafka; production passes 3.
+# Right for the embedded broker and single-node test Kafka; production passes 3 (the chart does).
 DEFAULT_REPLICATION_FACTOR = 1
+# The names of every topic begin with this (`--topic-prefix`); two installs on one Kafka
+# use two prefixes, and their consumer groups differ too (`--group`, `--group-id`).
+DEFAULT_PREFIX = "preemption."
+# Kafka's own limit on a topic name, and the characters it allows.
+TOPIC_NAME_MAX = 249
+_TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]*$")
 
 _DAY_MS = 24 * 60 * 60 * 1000
 # The audit horizon: how far back `preemptctl replay` and `audit verify` can reach.
@@ -63,10 +77,6 @@ ADMIN_REQUEST_TIMEOUT_MS = 30_000
 _TOPIC_ALREADY_EXISTS = 36
 
 
-class BrokerUnavailable(RuntimeError):
-    """A broker could not be found, started, or reached; the message is one line."""
-
-
 @dataclasses.dataclass(frozen=True)
 class TopicSpec:
     """A topic as ensure_topics creates it."""
@@ -77,60 +87,162 @@ class TopicSpec:
     configs: tuple[tuple[str, str], ...] = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class Names:
+    """The five topic names under one prefix."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        longest = self.prefix + "cluster-events"
+        if not _TOPIC_CHARS.match(self.prefix) or len(longest) > TOPIC_NAME_MAX:
+            raise UsageError(
+                f"--topic-prefix {self.prefix!r}: Kafka topic names take letters, digits, '.', '_' "
+                f"and '-', at most {TOPIC_NAME_MAX} in all"
+            )
+
+    @property
+    def cluster_events(self) -> str:
+        return self.prefix + "cluster-events"
+
+    @property
+    def decisions(self) -> str:
+        return self.prefix + "decisions"
+
+    @property
+    def evictions(self) -> str:
+        return self.prefix + "evictions"
+
+    @property
+    def dead_letter(self) -> str:
+        return self.prefix + "dead-letter"
+
+    @property
+    def snapshots(self) -> str:
+        return self.prefix + "snapshots"
+
+    def all(self) -> tuple[str, ...]:
+        return (self.cluster_events, self.decisions, self.evictions, self.dead_letter, self.snapshots)
+
+
+DEFAULT_NAMES = Names()
+
+
 def topic_specs(
-    *, partitions: int = DEFAULT_PARTITIONS, replication_factor: int = DEFAULT_REPLICATION_FACTOR
+    *,
+    partitions: int = DEFAULT_PARTITIONS,
+    replication_factor: int = DEFAULT_REPLICATION_FACTOR,
+    min_insync_replicas: int | None = None,
+    names: Names = DEFAULT_NAMES,
 ) -> tuple[TopicSpec, ...]:
-    """The preemptctl topics (DESIGN.md §5, and the worker's snapshots) with the given partition count.
+    """The preemptctl topics (DESIGN.md §5, and the worker's snapshots) as they are created.
 
     Every topic has the same partition count: the worker writes the decisions, dead
-    letters and snapshots of cluster-events partition p to partition p.
+    letters and snapshots of cluster-events partition p to partition p. docs/deploy.md's
+    topic table states these (tests/test_topics.py keeps it equal).
     """
     audit = (("cleanup.policy", "delete"), ("retention.ms", str(AUDIT_RETENTION_MS)))
     size = ("max.message.bytes", str(RECORD_MAX_BYTES))
+    # With acks=all, a write succeeds only while this many replicas have it: with 3 replicas
+    # and 2, one broker may be down and no acknowledged record is on a single disk.
+    isr = (("min.insync.replicas", str(min_insync_replicas)),) if min_insync_replicas else ()
 
     def spec(name: str, *configs: tuple[str, str]) -> TopicSpec:
-        return TopicSpec(name, partitions, replication_factor, configs)
+        return TopicSpec(name, partitions, replication_factor, (*configs, *isr))
 
     return (
-        spec(CLUSTER_EVENTS, *audit, size),
-        spec(DECISIONS, *audit, size),
-        spec(EVICTIONS, *audit),
+        spec(names.cluster_events, *audit, size),
+        spec(names.decisions, *audit, size),
+        spec(names.evictions, *audit),
         spec(
-            DEAD_LETTER, ("cleanup.policy", "delete"), ("retention.ms", str(DEAD_LETTER_RETENTION_MS)), size
+            names.dead_letter,
+            ("cleanup.policy", "delete"),
+            ("retention.ms", str(DEAD_LETTER_RETENTION_MS)),
+            size,
         ),
-        spec(SNAPSHOTS, ("cleanup.policy", "compact"), ("segment.ms", str(SNAPSHOTS_SEGMENT_MS)), size),
+        spec(names.snapshots, ("cleanup.policy", "compact"), ("segment.ms", str(SNAPSHOTS_SEGMENT_MS)), size),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """The topics a component uses and how it creates those missing: `add_arguments`' flags."""
+
+    names: Names = DEFAULT_NAMES
+    replication_factor: int = DEFAULT_REPLICATION_FACTOR
+    min_insync_replicas: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.replication_factor < 1:
+            raise UsageError(f"--replication-factor must be at least 1, got {self.replication_factor}")
+        if (
+            self.min_insync_replicas is not None
+            and not 1 <= self.min_insync_replicas <= self.replication_factor
+        ):
+            raise UsageError(
+                f"--min-insync-replicas must be between 1 and --replication-factor "
+                f"({self.replication_factor}), got {self.min_insync_replicas}"
+            )
+
+    def specs(self, *, partitions: int = DEFAULT_PARTITIONS) -> tuple[TopicSpec, ...]:
+        return topic_specs(
+            partitions=partitions,
+            replication_factor=self.replication_factor,
+            min_insync_replicas=self.min_insync_replicas,
+            names=self.names,
+        )
+
+
+DEFAULT_LAYOUT = Layout()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--topic-prefix, --replication-factor, --min-insync-replicas (`from_args` reads them)."""
+    group = parser.add_argument_group("topics")
+    group.add_argument(
+        "--topic-prefix",
+        default=DEFAULT_PREFIX,
+        metavar="PREFIX",
+        help=f"every topic's name begins with this (default {DEFAULT_PREFIX}; e.g. team-a.preemption.)",
+    )
+    group.add_argument(
+        "--replication-factor",
+        type=int,
+        default=DEFAULT_REPLICATION_FACTOR,
+        metavar="N",
+        help=f"replicas of each topic this process creates (default {DEFAULT_REPLICATION_FACTOR}; "
+        "production: 3)",
+    )
+    group.add_argument(
+        "--min-insync-replicas",
+        type=int,
+        metavar="N",
+        help="min.insync.replicas of each topic this process creates (default: the broker's; production: 2)",
+    )
+
+
+def from_args(args: argparse.Namespace) -> Layout:
+    return Layout(
+        names=Names(args.topic_prefix),
+        replication_factor=args.replication_factor,
+        min_insync_replicas=args.min_insync_replicas,
     )
 
 
 TOPICS = topic_specs()
 
 
-def parse_broker_url(url: str) -> str:
-    """`kafka://host:port[,host:port...]` -> the bootstrap string aiokafka takes.
-
-    Raises BadBrokerUrl (a ValueError) naming the url and the expected shape otherwise.
-    """
-    scheme, sep, rest = url.partition("://")
-    rest = rest.removesuffix("/")
-    if scheme != "kafka" or not sep or not rest or any(c in rest for c in "/?#@"):
-        raise BadBrokerUrl(f"bad broker url {url!r}: expected kafka://host:port")
-    for address in rest.split(","):
-        host, colon, port = address.rpartition(":")
-        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise BadBrokerUrl(f"bad broker url {url!r}: expected kafka://host:port, got {address!r}")
-    return rest
-
-
-async def ensure_topics(bootstrap: str, topics: Iterable[TopicSpec] = TOPICS) -> list[str]:
+async def ensure_topics(kafka: connection.Connect, topics: Iterable[TopicSpec] = TOPICS) -> list[str]:
     """Create the topics that do not exist yet; return the names created.
 
     Idempotent: existing topics are left as they are (their partitions and configs
     are not changed), and a concurrent creator winning the race counts as success.
     """
     wanted = list(topics)
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=ADMIN_REQUEST_TIMEOUT_MS)
+    config = connection.of(kafka)
+    admin = config.admin(request_timeout_ms=ADMIN_REQUEST_TIMEOUT_MS)
     try:
-        await admin.start()
+        await connection.start(config, admin)
         try:
             existing = set(await admin.list_topics())
             missing = [t for t in wanted if t.name not in existing]
@@ -145,7 +257,7 @@ async def ensure_topics(bootstrap: str, topics: Iterable[TopicSpec] = TOPICS) ->
         finally:
             await admin.close()
     except KafkaError as e:
-        raise BrokerUnavailable(f"cannot create topics on {bootstrap}: {e}") from e
+        raise BrokerUnavailable(f"cannot create topics on {config.describe()}: {e}") from e
     created = []
     # aiokafka returns per-topic errors in the response instead of raising them.
     for topic, code, *message in response.topic_errors:
@@ -153,44 +265,55 @@ async def ensure_topics(bootstrap: str, topics: Iterable[TopicSpec] = TOPICS) ->
             created.append(topic)
         elif code != _TOPIC_ALREADY_EXISTS:
             detail = message[0] if message and message[0] else f"error code {code}"
-            raise BrokerUnavailable(f"cannot create topic {topic} on {bootstrap}: {detail}")
+            raise BrokerUnavailable(f"cannot create topic {topic} on {config.describe()}: {detail}")
     return created
 
 
-async def ensure_worker_topics(bootstrap: str) -> int:
+async def ensure_worker_topics(
+    kafka: connection.Connect, layout: Layout = DEFAULT_LAYOUT, *, create: bool = True
+) -> int:
     """Make sure the worker can run: the topics exist, each with at least cluster-events' partitions.
 
     The worker writes the output of cluster-events partition p to partition p of
     the decisions, dead-letter and snapshots topics, so those need as many
     partitions. Missing topics are created with cluster-events' count (a new
-    snapshots topic included). Returns that count; BrokerUnavailable (one line)
-    naming a topic with too few partitions.
+    snapshots topic included) unless `create` is off (the operator creates them).
+    Returns that count; BrokerUnavailable (one line) naming a topic missing or
+    with too few partitions.
     """
-    counts = await partition_counts(bootstrap)
-    partitions = counts.get(CLUSTER_EVENTS) or DEFAULT_PARTITIONS
-    await ensure_topics(bootstrap, topic_specs(partitions=partitions))
-    counts = await partition_counts(bootstrap)
-    for name in (DECISIONS, DEAD_LETTER, SNAPSHOTS):
-        if counts.get(name, 0) < partitions:
+    names = layout.names
+    counts = await partition_counts(kafka)
+    partitions = counts.get(names.cluster_events) or DEFAULT_PARTITIONS
+    if create:
+        await ensure_topics(kafka, layout.specs(partitions=partitions))
+        counts = await partition_counts(kafka)
+    for name in (names.cluster_events, names.decisions, names.dead_letter, names.snapshots):
+        if name not in counts:
             raise BrokerUnavailable(
-                f"topic {name} has {counts.get(name, 0)} partition(s), fewer than {CLUSTER_EVENTS}'s "
+                f"topic {name} does not exist (or this principal may not Describe it) on "
+                f"{connection.of(kafka).describe()}: create it, or run the worker without --no-create-topics"
+            )
+        if counts[name] < partitions:
+            raise BrokerUnavailable(
+                f"topic {name} has {counts[name]} partition(s), fewer than {names.cluster_events}'s "
                 f"{partitions}: the worker writes partition p's output to partition p"
             )
     return partitions
 
 
-async def partition_counts(bootstrap: str) -> dict[str, int]:
+async def partition_counts(kafka: connection.Connect) -> dict[str, int]:
     """Partitions per existing topic."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=ADMIN_REQUEST_TIMEOUT_MS)
+    config = connection.of(kafka)
+    admin = config.admin(request_timeout_ms=ADMIN_REQUEST_TIMEOUT_MS)
     try:
-        await admin.start()
+        await connection.start(config, admin)
         try:
             names = [t for t in await admin.list_topics() if not t.startswith("__")]
             described = await admin.describe_topics(names) if names else []
         finally:
             await admin.close()
     except KafkaError as e:
-        raise BrokerUnavailable(f"cannot reach {bootstrap}: {e}") from e
+        raise BrokerUnavailable(f"cannot reach {config.describe()}: {e}") from e
     counts = {}
     for topic in described:
         name, parts = topic.get("topic"), topic.get("partitions")

@@ -2,8 +2,10 @@
 
 This module owns a decision record's path through the actuator:
 1. Decode and verify. Malformed records, records whose hash does not match
-   their content, and, when an HMAC key is configured, unsigned or forged ones
-   go to preemption.dead-letter unchanged, with their origin and the reason.
+   their content, and, when signing keys are configured (streams.common.signing),
+   unsigned ones, forged ones and ones signed with a key that is not (or no
+   longer) accepted go to preemption.dead-letter unchanged, with their origin
+   and the reason.
 2. Decisions of other clusters are skipped; only `preempt` decisions act.
 3. The preemptor is nominated (a preemptor of a scheduler outside `--scheduler-name`,
    gone, recreated or already bound refuses the decision: no victim is touched),
@@ -33,13 +35,12 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
@@ -53,9 +54,10 @@ from schemas.records import (
     EvictionRecord,
     VictimRecord,
 )
-from streams.common import health, logs, options
+from streams.common import health, logs, signing
 from streams.common.errors import UsageError
-from streams.kafka import deadletter, lag
+from streams.kafka import acls, connection, deadletter, lag
+from streams.kafka import topics as topics_mod
 from streams.kafka.deadletter import Origin
 from streams.kafka.sink import KafkaSink, RecordSink
 from streams.kube import api as kube
@@ -72,6 +74,12 @@ POLL_TIMEOUT_MS = 500
 # the preemptor waits for the slowest one rather than their sum; the bound keeps a
 # many-victim decision (a gang's) from flooding the API server with writes at once.
 VICTIM_CONCURRENCY = 8
+# How long the broker may hold a fetch for decisions that are not there yet. A decision is
+# on a preemptor's critical path: the embedded tansu answers a fetch only when this runs
+# out, even when a record arrives meanwhile (measured: 30-170 ms of a 0.2-0.3 s bind at
+# aiokafka's 500 ms), while Kafka answers at once either way; 20 empty fetches a second
+# cost nothing.
+FETCH_MAX_WAIT_MS = 50
 # Decisions handled per poll; each may take seconds (PDB retries), and the group
 # must hear from us within max.poll.interval.ms, so take few at a time.
 MAX_POLL_RECORDS = 10
@@ -141,7 +149,11 @@ class UnsignedDecision(Refused):
 
 
 class ForgedDecision(Refused):
-    """A signature that does not verify with the configured HMAC key."""
+    """A signature that does not verify with the key it names (or, naming none, with any accepted key)."""
+
+
+class UnacceptedKey(Refused):
+    """Signed with a key id the actuator does not accept: a retired key, or one never issued to it."""
 
 
 def _require(condition: bool, message: str) -> None:
@@ -149,8 +161,20 @@ def _require(condition: bool, message: str) -> None:
         raise MalformedDecision(message)
 
 
-def verify(value: bytes, *, hmac_key: bytes | None) -> DecisionRecord:
-    """Parse and check one decision record; a Refused subclass says why it is refused."""
+def verify(
+    value: bytes,
+    *,
+    hmac_key: bytes | None = None,
+    keys: signing.Keyring | None = None,
+    key_id: str | None = None,
+) -> DecisionRecord:
+    """Parse and check one decision record; a Refused subclass says why it is refused.
+
+    `keys` are the accepted signing keys (`hmac_key`: one, of any id), `key_id` the
+    signing key the record's header names (signing.KEY_ID_HEADER), if any.
+    """
+    if keys is None and hmac_key is not None:
+        keys = signing.Keyring({signing.ANY_KEY_ID: hmac_key})
     try:
         record = records.decode(value)
     except records.DecodeError as exc:
@@ -168,11 +192,20 @@ def verify(value: bytes, *, hmac_key: bytes | None) -> DecisionRecord:
         _require(victim.get("action") in ACTIONS, f"victims[{i}]: unknown action {victim.get('action')!r}")
     if chain.digest(record["prevHash"], record) != record["hash"]:
         raise TamperedDecision("hash does not match the record's content")
-    if hmac_key is not None:
-        if not isinstance(record.get("sig"), str):
-            raise UnsignedDecision("no signature, and an HMAC key is configured")
-        if not chain.verify_signature(hmac_key, record):
-            raise ForgedDecision("signature does not verify with the configured key")
+    if keys is not None:
+        sig = record.get("sig")
+        if not isinstance(sig, str):
+            raise UnsignedDecision("no signature, and signing keys are configured")
+        accepted = keys.key_ids()
+        if key_id is not None and key_id not in accepted and signing.ANY_KEY_ID not in accepted:
+            raise UnacceptedKey(
+                f"signed with key {key_id!r}, which is not accepted (accepted: {', '.join(accepted)}): "
+                "a retired key, or one never issued"
+            )
+        wanted = None if signing.ANY_KEY_ID in accepted else key_id
+        if signing.verify_with(keys, wanted, record["hash"], sig) is None:
+            named = f"key {key_id!r}" if wanted is not None else "any accepted key"
+            raise ForgedDecision(f"signature does not verify with {named}")
     return cast(DecisionRecord, record)
 
 
@@ -184,6 +217,10 @@ class Topics:
     evictions: str = EVICTIONS
     dead_letter: str = DEAD_LETTER
     cluster_events: str = CLUSTER_EVENTS  # where OUTCOME events go
+
+    @classmethod
+    def of(cls, names: topics_mod.Names) -> Topics:
+        return cls(names.decisions, names.evictions, names.dead_letter, names.cluster_events)
 
 
 # ---- the actuator -------------------------------------------------------------------
@@ -200,6 +237,7 @@ class Actuator:
         *,
         cluster: str = source.DEFAULT_CLUSTER,
         hmac_key: bytes | None = None,
+        keys: signing.Keyring | None = None,
         elector: lease.LeaseElector | None = None,
         topics: Topics = Topics(),
         scope: tuple[str, ...] | None = None,
@@ -215,7 +253,10 @@ class Actuator:
         self._sink = sink
         self._ledger = ledger
         self._cluster = cluster
-        self._hmac_key = hmac_key
+        # `hmac_key`: one accepted key of any id (tests, and the one-key form of before key ids).
+        self._keys = (
+            keys if keys is not None or hmac_key is None else signing.Keyring({signing.ANY_KEY_ID: hmac_key})
+        )
         self._elector = elector
 
     @property
@@ -243,10 +284,18 @@ class Actuator:
 
     # ---- one decision --------------------------------------------------------------
 
-    async def handle(self, value: bytes, *, key: bytes | None, origin: Origin) -> list[EvictionRecord]:
+    async def handle(
+        self,
+        value: bytes,
+        *,
+        key: bytes | None,
+        origin: Origin,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> list[EvictionRecord]:
         """Act on one decision record; returns the outcomes written (none for a duplicate)."""
+        key_id = next((v.decode("utf-8", "replace") for k, v in headers if k == signing.KEY_ID_HEADER), None)
         try:
-            decision = verify(value, hmac_key=self._hmac_key)
+            decision = verify(value, keys=self._keys, key_id=key_id)
         except Refused as exc:
             await self._dead_letter(value, key, origin, exc)
             return []
@@ -426,7 +475,7 @@ class Actuator:
 
     async def consume(
         self,
-        bootstrap: str,
+        kafka: connection.Connect,
         *,
         group_id: str,
         stopping: asyncio.Event,
@@ -447,26 +496,26 @@ class Actuator:
                 continue
             try:
                 if not recovered:
-                    count = await read_back(bootstrap, self)
+                    count = await read_back(kafka, self)
                     log.info("leading: %d outcomes read back from %s", count, self.topics.evictions)
                     recovered = True
                 await self._consume_once(
-                    bootstrap, group_id=group_id, stopping=stopping, session_timeout_ms=session_timeout_ms
+                    kafka, group_id=group_id, stopping=stopping, session_timeout_ms=session_timeout_ms
                 )
                 backoff.reset()
             except lease.NotLeader as exc:
                 log.warning("%s; pausing until the Lease is held again", exc)
-            except (KafkaError, OSError, TimeoutError) as exc:
+            except (KafkaError, OSError, TimeoutError, connection.BrokerUnavailable) as exc:
                 delay = backoff.delay()
                 log.warning("consuming decisions failed (%s); retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
 
     async def _consume_once(
-        self, bootstrap: str, *, group_id: str, stopping: asyncio.Event, session_timeout_ms: int
+        self, kafka: connection.Connect, *, group_id: str, stopping: asyncio.Event, session_timeout_ms: int
     ) -> None:
-        consumer = AIOKafkaConsumer(
+        config = connection.of(kafka)
+        consumer = config.consumer(
             self.topics.decisions,
-            bootstrap_servers=bootstrap,
             group_id=group_id,
             client_id=f"{group_id}-{self._actions.identity}",
             enable_auto_commit=False,
@@ -475,9 +524,10 @@ class Actuator:
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=max(session_timeout_ms // 3, 100),
             max_poll_records=MAX_POLL_RECORDS,
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         )
         try:
-            await consumer.start()
+            await connection.start(config, consumer)
             await self._poll(consumer, stopping)
         finally:
             await consumer.stop()
@@ -491,7 +541,9 @@ class Actuator:
                 for message in messages:
                     origin = Origin(tp.topic, tp.partition, message.offset)
                     # A null value (a tombstone) is malformed input like any other: dead-lettered.
-                    await self.handle(message.value or b"", key=message.key, origin=origin)
+                    await self.handle(
+                        message.value or b"", key=message.key, origin=origin, headers=message.headers or ()
+                    )
                     await consumer.commit({tp: message.offset + 1})
 
 
@@ -523,11 +575,11 @@ def _context(decision: DecisionRecord) -> eviction.Context:
     )
 
 
-async def _partitions(bootstrap: str, topic: str) -> list[int]:
+async def _partitions(kafka: connection.KafkaConfig, topic: str) -> list[int]:
     """The topic's partition numbers; none when it does not exist (yet)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
+    admin = kafka.admin()
     try:
+        await connection.start(kafka, admin)
         described = await admin.describe_topics([topic])
     finally:
         await admin.close()
@@ -539,19 +591,20 @@ async def _partitions(bootstrap: str, topic: str) -> list[int]:
     )
 
 
-async def read_back(bootstrap: str, actuator: Actuator, *, timeout_s: float = READ_BACK_TIMEOUT_S) -> int:
+async def read_back(
+    kafka: connection.Connect, actuator: Actuator, *, timeout_s: float = READ_BACK_TIMEOUT_S
+) -> int:
     """Feed every record of the evictions topic to `actuator.recover`; returns the outcomes recovered.
 
     Assigns partitions instead of joining a group: nothing is committed, and every
     actuator reads the whole topic.
     """
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed"
-    )
-    await consumer.start()
+    config = connection.of(kafka)
+    consumer = config.consumer(enable_auto_commit=False, isolation_level="read_committed")
     try:
+        await connection.start(config, consumer)
         topic = actuator.topics.evictions
-        partitions = [TopicPartition(topic, p) for p in await _partitions(bootstrap, topic)]
+        partitions = [TopicPartition(topic, p) for p in await _partitions(config, topic)]
         if not partitions:
             return 0
         consumer.assign(partitions)
@@ -574,10 +627,10 @@ async def read_back(bootstrap: str, actuator: Actuator, *, timeout_s: float = RE
 # ---- command line -------------------------------------------------------------------
 
 ACTUATOR_EXAMPLES = """examples:
-  preemptctl actuator --broker kafka://kafka:9092 --hmac-key-file /etc/preemptctl/hmac.key \\
+  preemptctl actuator --bootstrap-server kafka:9092 --hmac-keys-dir /etc/preemptctl/signing \\
       --lease-name preemptctl-actuator --lease-namespace preemptctl --identity "$POD_NAME"
-  preemptctl actuator --broker kafka://kafka:9092 --scheduler-name preemptctl-scheduler
-  preemptctl actuator --broker kafka://kafka:9092 --kubeconfig ~/.kube/config --dry-run
+  preemptctl actuator --bootstrap-server kafka:9092 --scheduler-name preemptctl-scheduler
+  preemptctl actuator --bootstrap-server kafka:9093 --kafka-config client.properties --dry-run
 """
 
 
@@ -590,7 +643,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         epilog=ACTUATOR_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--broker", required=True, metavar="URL", help="kafka://host:port[,host:port]")
+    connection.add_arguments(parser)
     component.add_kubernetes_arguments(parser)
     parser.add_argument(
         "--cluster", default=source.DEFAULT_CLUSTER, metavar="NAME", help="act on this cluster's decisions"
@@ -606,10 +659,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="act only for preemptors of this scheduler (repeatable; the source's --scheduler-name): "
         "any other decision is refused, no victim touched (default: any scheduler)",
     )
-    parser.add_argument(
-        "--hmac-key-file",
-        metavar="F",
-        help="refuse decisions not signed with this key (to the dead-letter topic)",
+    signing.add_verification_arguments(
+        parser, what="refuse (dead-letter) decisions not signed by an accepted key"
     )
     component.add_lease_arguments(parser, what="act (when several actuators run)")
     parser.add_argument(
@@ -627,16 +678,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_actuator(args: argparse.Namespace) -> int:
     component.configure_logging(args, component="actuator")
-    bootstrap = component.bootstrap_of(args.broker)
-    hmac_key = options.load_key(args.hmac_key_file)
+    kafka = component.kafka_of(args)
+    keys = signing.keyring_from_args(args)
     component.check_lease_arguments(args)
-    asyncio.run(_serve(args, bootstrap, hmac_key))
+    layout = component.layout_of(args)
+    asyncio.run(_serve(args, kafka, keys, layout))
     return 0
 
 
-async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | None) -> None:
+async def _serve(
+    args: argparse.Namespace,
+    kafka: connection.KafkaConfig,
+    keys: signing.Keyring | None,
+    layout: topics_mod.Layout,
+) -> None:
     identity = component.identity(args)
-    group_id = args.group_id or f"preemptctl-actuator-{args.cluster}" + ("-dry-run" if args.dry_run else "")
+    group_id = args.group_id or acls.default_actuator_group(args.cluster, dry_run=args.dry_run)
     api = await component.connect(args)
     state = health.Health("actuator")
     try:
@@ -654,8 +711,8 @@ async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | Non
     )
     try:
         async with health.HealthServer(state, host=args.health_host, port=args.health_port):
-            await component.prepare_broker(bootstrap, create_topics=not args.no_create_topics)
-            async with KafkaSink(bootstrap, client_id=f"preemptctl-actuator-{identity}") as sink:
+            await component.prepare_broker(kafka, create_topics=not args.no_create_topics, layout=layout)
+            async with KafkaSink(kafka, client_id=f"preemptctl-actuator-{identity}") as sink:
                 announcer = PreemptorEvents(
                     api,
                     identity=identity,
@@ -667,14 +724,15 @@ async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | Non
                     sink,
                     ledger,
                     cluster=args.cluster,
-                    hmac_key=hmac_key,
+                    keys=keys,
                     elector=elector,
                     scope=tuple(sorted(set(args.scheduler_name))) or None,
+                    topics=Topics.of(layout.names),
                     preemptor_events=announcer,
                 )
-                lagging = lag.start(bootstrap, args)
+                lagging = lag.start(kafka, args, topic=layout.names.cluster_events)
                 try:
-                    await _run(actuator, state, bootstrap, group_id=group_id, elector=elector)
+                    await _run(actuator, state, kafka, group_id=group_id, elector=elector)
                 finally:
                     if lagging is not None:
                         lagging.cancel()
@@ -688,20 +746,20 @@ async def _serve(args: argparse.Namespace, bootstrap: str, hmac_key: bytes | Non
 async def _run(
     actuator: Actuator,
     state: health.Health,
-    bootstrap: str,
+    kafka: connection.KafkaConfig,
     *,
     group_id: str,
     elector: lease.LeaseElector | None,
 ) -> None:
     """Recover, become ready, then consume until SIGTERM (holding the Lease meanwhile)."""
-    recovered = await read_back(bootstrap, actuator)
+    recovered = await read_back(kafka, actuator)
     log.info("%d outcomes read back from %s", recovered, actuator.topics.evictions)
     state.set_ready(True)
     stopping = asyncio.Event()
     component.stop_on_signals(stopping.set)
     electing = asyncio.create_task(elector.run()) if elector else None
     try:
-        await actuator.consume(bootstrap, group_id=group_id, stopping=stopping)
+        await actuator.consume(kafka, group_id=group_id, stopping=stopping)
     finally:
         if electing is not None:
             electing.cancel()

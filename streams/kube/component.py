@@ -1,7 +1,8 @@
 """What every long-running component's command shares: flags, logging, signals, connections.
 
 The source, the worker and the actuator are separate processes (`preemptctl
-source|worker|actuator`) with the same operational surface: `--broker`,
+source|worker|actuator`) with the same operational surface: the Kafka
+connection flags (streams.kafka.client),
 `--kubeconfig/--context`, `--log-level`, `--log-format`, `--no-create-topics`, the health
 flags (streams.common.health), SIGTERM/SIGINT for a clean stop, and waiting for a
 broker that starts after them instead of crash-looping.
@@ -22,7 +23,7 @@ from kubernetes_asyncio import client
 
 from streams.common import health, logs
 from streams.common.errors import UsageError
-from streams.kafka import topics
+from streams.kafka import connection, topics
 from streams.kube import api, lease
 
 log = logging.getLogger(__name__)
@@ -114,17 +115,16 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-create-topics",
         action="store_true",
-        help="do not create missing topics at start (when the broker forbids it)",
+        help="do not create missing topics at start (the operator made them; no Create ACL)",
     )
+    topics.add_arguments(parser)
     health.add_arguments(parser)
     logs.add_arguments(parser)
 
 
-def bootstrap_of(url: str) -> str:
-    try:
-        return topics.parse_broker_url(url)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+def kafka_of(args: argparse.Namespace) -> connection.KafkaConfig:
+    """The Kafka the connection flags name (streams.kafka.client); UsageError when they are wrong."""
+    return connection.from_args(args)
 
 
 def configure_logging(args: argparse.Namespace, *, component: str) -> None:
@@ -147,20 +147,28 @@ def stop_on_signals(stop: Callable[[], None]) -> None:
         loop.add_signal_handler(sig, stop)
 
 
-async def prepare_broker(bootstrap: str, *, create_topics: bool) -> None:
-    """Create missing topics, retrying with backoff while the broker is not reachable yet.
+def layout_of(args: argparse.Namespace) -> topics.Layout:
+    """The topic names and creation settings the topic flags name; UsageError when they are wrong."""
+    return topics.from_args(args)
 
-    Kafka often starts after (or restarts beside) its clients; waiting here keeps
-    the process live and unready instead of crash-looping.
+
+async def prepare_broker(
+    kafka: connection.KafkaConfig, *, create_topics: bool, layout: topics.Layout = topics.DEFAULT_LAYOUT
+) -> None:
+    """Reach Kafka and create missing topics, retrying with backoff while it does not answer.
+
+    Kafka often starts after (or restarts beside) its clients, and a credential may
+    reach the broker moments after the Secret that holds it: waiting here keeps the
+    process live and unready instead of crash-looping, and each wait says why in one line.
     """
-    if not create_topics:
-        return
     backoff = api.Backoff()
     while True:
         try:
-            await topics.ensure_topics(bootstrap)
+            await connection.reach(kafka)
+            if create_topics:
+                await topics.ensure_topics(kafka, layout.specs())
             return
         except (KafkaError, OSError, topics.BrokerUnavailable) as exc:
             delay = backoff.delay()
-            log.warning("broker %s not ready (%s); retrying in %.1fs", bootstrap, exc, delay)
+            log.warning("%s; retrying in %.1fs", exc, delay)
             await asyncio.sleep(delay)

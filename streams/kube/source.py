@@ -33,20 +33,21 @@ Kubernetes edge cases, each handled here and only here:
   so an idempotent fold (engine.cluster) does not discard them as stale.
 - ElasticQuotas are watched only while discovery serves their group version;
   a CRD installed later is noticed within CRD_RECHECK_S, one removed by a 404.
-- `metadata.managedFields` is dropped from every object written (client-go's
-  informers strip it the same way): it is often half an object's bytes and no
-  decision reads it. `keep_managed_fields` (--keep-managed-fields) keeps it.
+- What is written of each object is its projection (engine.projection): the
+  fields a decision or an audit reads, nothing else. Env values, command lines,
+  args, volumes, probes, images, status messages, managedFields and most
+  annotations (last-applied-configuration among them) never reach Kafka, where
+  they would stay for the audit horizon (docs/topics.md lists what is kept).
 - One writer per cluster log: with a Lease (streams.kube.lease) only its holder
   lists, watches and writes. A source that loses the Lease stops following and
   drops what it has not written yet (the next holder's RESYNC restates the
   cluster); one that gains it relists. A record the Lease check refuses (a late
   renewal: too little validity left for a write) leaves a gap even if the Lease
   is then renewed, so it too stops following and relists (Publisher.fenced).
-- An object too large for any record (MAX_EVENT_BYTES; the producer would refuse
-  it for good and, retried, it would hold back the whole log) is written without
-  the bulky fields no decision reads (env, command lines, probes; the
-  TRIMMED_ANNOTATION says which); a deletion still too large as its tombstone;
-  anything else still too large is left out, logged as an error and counted.
+- An object whose projection is still too large for any record (MAX_EVENT_BYTES:
+  labels by the thousand; the producer would refuse it for good and, retried, it
+  would hold back the whole log): its deletion is written as its tombstone;
+  anything else is left out, logged as an error and counted.
 - A watch that ends at once with nothing in it is retried with backoff (SHORT_WATCH_S).
 - Any other API error: exponential backoff (kube.Backoff), then the same step again.
 """
@@ -66,9 +67,11 @@ import orjson
 from kubernetes_asyncio import client
 from prometheus_client import Counter, Gauge, Histogram
 
+from engine import projection
 from schemas import VERSION
 from schemas.records import CLUSTER_EVENTS
 from streams.common import health
+from streams.kafka import connection, topics
 from streams.kafka.sink import PRODUCER_MAX_REQUEST_BYTES, KafkaSink, RecordSink
 from streams.kube import api as kube
 from streams.kube import component, lease
@@ -91,15 +94,6 @@ MAX_RECORD_BYTES = 1024 * 1024
 # with room for the record's envelope, key, headers and batch overhead. A larger record is
 # refused for good, and retrying it would hold back every event after it forever.
 MAX_EVENT_BYTES = PRODUCER_MAX_REQUEST_BYTES - 64 * 1024
-# Written on an object that was too large for a record: which fields were left out.
-TRIMMED_ANNOTATION = "preemptctl.io/trimmed"
-# What no decision reads and can make one object larger than a record (env values, command
-# lines: the etcd limit is 1.5 MiB, and JSON escaping grows that): left out of such an object.
-_BULKY_CONTAINER_FIELDS = (
-    "env", "envFrom", "args", "command", "lifecycle", "livenessProbe", "readinessProbe", "startupProbe",
-    "volumeMounts", "volumeDevices",
-)  # fmt: skip
-_BULKY_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 # Events waiting for the producer; a full queue pauses the watches (backpressure)
 # instead of growing memory while Kafka is slow or away.
 QUEUE_MAX_EVENTS = 10_000
@@ -145,7 +139,8 @@ RESYNCS = Counter("preemptctl_source_resyncs_total", "Relists of the whole clust
 TOMBSTONES = Counter("preemptctl_source_tombstones_total", "Objects found gone on a relist.", ["kind"])
 OVERSIZED = Counter(
     "preemptctl_source_oversized_objects_total",
-    "Objects too large for a record, by kind and what was written instead (trimmed, tombstone, dropped).",
+    "Objects too large for a record even projected, by kind and what was written instead "
+    "(tombstone, dropped).",
     ["kind", "outcome"],
 )
 API_ERRORS = Counter(
@@ -434,27 +429,6 @@ class _Clock:
         return kube.rfc3339(moment)
 
 
-def _trimmed(obj: dict[str, Any]) -> dict[str, Any]:
-    """`obj` (changed in place) without the bulky fields no decision reads, and an annotation
-    saying which were left out."""
-    left_out: list[str] = []
-    meta = obj.setdefault("metadata", {})
-    found = meta.get("annotations")
-    annotations: dict[str, Any] = found if isinstance(found, dict) else {}
-    for key in _BULKY_ANNOTATIONS:
-        if annotations.pop(key, None) is not None:
-            left_out.append(f"metadata.annotations[{key}]")
-    found = obj.get("spec")
-    spec: dict[str, Any] = found if isinstance(found, dict) else {}
-    for group in ("initContainers", "containers", "ephemeralContainers"):
-        for container in spec.get(group) or ():
-            for field_name in _BULKY_CONTAINER_FIELDS:
-                if isinstance(container, dict) and container.pop(field_name, None) is not None:
-                    left_out.append(f"spec.{group}[].{field_name}")
-    meta["annotations"] = {**annotations, TRIMMED_ANNOTATION: ",".join(dict.fromkeys(left_out)) or "nothing"}
-    return obj
-
-
 async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
     """JSON lines of a watch stream, of any length (aiohttp's readline caps line size)."""
     buffer = bytearray()
@@ -494,7 +468,6 @@ class Source:
         max_event_bytes: int = MAX_EVENT_BYTES,
         clock: Callable[[], datetime] = kube.now,
         topic: str = CLUSTER_EVENTS,
-        keep_managed_fields: bool = False,
         elector: lease.LeaseElector | None = None,
     ) -> None:
         self._api = api
@@ -509,7 +482,6 @@ class Source:
             backoff=backoff,
             guard=elector.check if elector is not None else lambda: None,
         )
-        self._keep_managed_fields = keep_managed_fields
         self._tick_s = tick_seconds
         self._health = health_state
         self._backoff = backoff
@@ -632,7 +604,7 @@ class Source:
     ) -> None:
         event: dict[str, Any] = {"ts": self._clock.stamp(), "type": event_type}
         if obj is not None:
-            event["object"] = obj
+            event["object"] = projection.project(obj)  # what decisions read, never the object whole
         if scope is not None:
             event["scope"] = scope
         EVENTS.labels(str(obj.get("kind", "")) if obj else "", event_type).inc()
@@ -643,38 +615,27 @@ class Source:
             await self._emit_oversized(event, obj, exc)
 
     async def _emit_oversized(self, event: dict[str, Any], obj: dict[str, Any], exc: EventTooLarge) -> None:
-        """Write an object too large for a record without the fields no decision reads; a DELETED
-        one that is still too large as its tombstone; else leave it out, saying so."""
+        """A DELETED object too large for a record even projected as its tombstone; else leave it
+        out, saying so."""
         kind = str(obj.get("kind", ""))
         meta = obj.get("metadata") or {}
         where = f"{kind} {meta.get('namespace', '')}/{meta.get('name')}".replace(" /", " ")
-        event["object"] = _trimmed(obj)
-        try:
-            await self.publisher.put(event)
-            OVERSIZED.labels(kind, "trimmed").inc()
-            log.warning("%s is too large for a record (%s): written without %s", where, exc,
-                        event["object"]["metadata"]["annotations"][TRIMMED_ANNOTATION])  # fmt: skip
-            return
-        except EventTooLarge as again:
-            exc = again
         if event["type"] == "DELETED":
             resource = next((r for r in (*RESOURCES, ELASTIC_QUOTAS) if r.kind == kind), PODS)
             held = _Held(resource, str(meta.get("name")), meta.get("namespace"), str(meta.get("uid", "")))
             event["object"] = self._tombstone(held, str(meta.get("resourceVersion") or ""))
             await self.publisher.put(event)
             OVERSIZED.labels(kind, "tombstone").inc()
-            log.warning("%s is too large for a record even trimmed (%s): its deletion written as a tombstone",
+            log.warning("%s is too large for a record even projected (%s): its deletion is a tombstone",
                         where, exc)  # fmt: skip
             return
         OVERSIZED.labels(kind, "dropped").inc()
-        log.error("%s is too large for a record even trimmed (%s): its %s event is left out of the log",
+        log.error("%s is too large for a record even projected (%s): its %s event is left out of the log",
                   where, exc, event["type"])  # fmt: skip
 
     def _stamp(self, resource: Resource, obj: dict[str, Any]) -> None:
         obj.setdefault("kind", resource.kind)
         obj.setdefault("apiVersion", resource.api_version)
-        if not self._keep_managed_fields:
-            (obj.get("metadata") or {}).pop("managedFields", None)
 
     def _hold(self, resource: Resource, key: Key, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -927,9 +888,10 @@ class Source:
 # ---- command line -----------------------------------------------------------------
 
 SOURCE_EXAMPLES = """examples:
-  preemptctl source --broker kafka://kafka:9092
-  preemptctl source --broker kafka://kafka:9092 --kubeconfig ~/.kube/config --cluster prod-eu1
-  preemptctl source --broker kafka://kafka:9092 --namespace team-a --namespace team-b \\
+  preemptctl source --bootstrap-server kafka:9092
+  preemptctl source --bootstrap-server kafka:9092 --kubeconfig ~/.kube/config --cluster prod-eu1
+  preemptctl source --bootstrap-server kafka-0.kafka:9093 --kafka-config /etc/preemptctl/client.properties
+  preemptctl source --bootstrap-server kafka:9092 --namespace team-a --namespace team-b \\
       --scheduler-name batch-scheduler          beside kube-scheduler: only batch-scheduler's pending pods
 """
 
@@ -943,7 +905,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         epilog=SOURCE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--broker", required=True, metavar="URL", help="kafka://host:port[,host:port]")
+    connection.add_arguments(parser)
     component.add_kubernetes_arguments(parser)
     parser.add_argument(
         "--cluster", default=DEFAULT_CLUSTER, metavar="NAME", help="cluster name: the record key (default)"
@@ -961,11 +923,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="NAME",
         help="decide only for this scheduler's pods (recorded in the log for the worker); leave out "
         "pending pods of other schedulers (bound and nominated pods are always written)",
-    )
-    parser.add_argument(
-        "--keep-managed-fields",
-        action="store_true",
-        help="keep metadata.managedFields in the objects written (default: dropped, as client-go does)",
     )
     component.add_lease_arguments(parser, what="write the cluster's log (one source per cluster)")
     parser.add_argument(
@@ -988,7 +945,7 @@ def _positive_float(text: str) -> float:
 
 def cmd_source(args: argparse.Namespace) -> int:
     component.configure_logging(args, component="source")
-    bootstrap = component.bootstrap_of(args.broker)
+    kafka = component.kafka_of(args)
     component.check_lease_arguments(args)
     namespaces = tuple(
         dict.fromkeys(ns.strip() for arg in args.namespace for ns in arg.split(",") if ns.strip())
@@ -999,17 +956,20 @@ def cmd_source(args: argparse.Namespace) -> int:
         label_selector=args.label_selector,
         scheduler_name=args.scheduler_name,
     )
-    asyncio.run(_serve(args, bootstrap, scope))
+    layout = component.layout_of(args)
+    asyncio.run(_serve(args, kafka, scope, layout))
     return 0
 
 
-async def _serve(args: argparse.Namespace, bootstrap: str, scope: Scope) -> None:
+async def _serve(
+    args: argparse.Namespace, kafka: connection.KafkaConfig, scope: Scope, layout: topics.Layout
+) -> None:
     api = await component.connect(args)
     state = health.Health("source")
     try:
         async with health.HealthServer(state, host=args.health_host, port=args.health_port):
-            await component.prepare_broker(bootstrap, create_topics=not args.no_create_topics)
-            async with KafkaSink(bootstrap, client_id=f"preemptctl-source-{scope.cluster}") as sink:
+            await component.prepare_broker(kafka, create_topics=not args.no_create_topics, layout=layout)
+            async with KafkaSink(kafka, client_id=f"preemptctl-source-{scope.cluster}") as sink:
                 elector = component.elector(args, api, state)
                 source = Source(
                     api,
@@ -1017,8 +977,8 @@ async def _serve(args: argparse.Namespace, bootstrap: str, scope: Scope) -> None
                     scope=scope,
                     tick_seconds=args.tick_seconds,
                     health_state=state,
-                    keep_managed_fields=args.keep_managed_fields,
                     elector=elector,
+                    topic=layout.names.cluster_events,
                 )
                 component.stop_on_signals(source.stop)
                 await source.run()

@@ -36,9 +36,9 @@ import faust
 from engine import config as config_mod
 from schemas import records
 from streams.common import health as health_mod
-from streams.common import logs, options
+from streams.common import logs, options, signing
 from streams.common.errors import UsageError
-from streams.kafka import lag
+from streams.kafka import connection, lag
 from streams.kafka import topics as kafka_topics
 from streams.kafka.reading import PartitionReader
 from streams.pipeline import metrics, tables, transport
@@ -73,24 +73,44 @@ def transactional_id(group: str, partition: int) -> str:
     return f"{group}-{records.CLUSTER_EVENTS}-{partition}"
 
 
+def faust_credentials(kafka: connection.KafkaConfig) -> faust.types.auth.CredentialsT | None:
+    """What faust's own consumer and producer need to reach `kafka` (its broker_credentials)."""
+    if kafka.sasl:
+        assert kafka.sasl_password is not None
+        return faust.SASLCredentials(
+            username=kafka.sasl_username,
+            password=kafka.sasl_password.reveal(),
+            ssl_context=kafka.ssl_context,
+            mechanism=kafka.sasl_mechanism,
+        )
+    if kafka.tls:
+        return faust.SSLCredentials(kafka.ssl_context)
+    return None
+
+
 def build_app(
     *,
-    bootstrap: str,
+    kafka: connection.Connect,
     store_dir: Path,
     config: config_mod.Config,
     key: bytes | None,
     guarantee: str,
+    key_id: str | None = None,
     app_id: str = "preemptctl-worker",
     health_host: str = health_mod.DEFAULT_HOST,
     health_port: int | None = None,
+    tables_host: str = health_mod.LOCALHOST,
+    tables_port: int | None = None,
     session_timeout: float = SESSION_TIMEOUT_S,
     faults: Faults = NONE,
     snapshots: SnapshotPolicy | None = None,
 ) -> faust.App:
     transport.register()
+    kafka = connection.of(kafka)
     app = faust.App(
         app_id,
-        broker=f"{transport.SCHEME}://{bootstrap}",
+        broker=f"{transport.SCHEME}://{kafka.bootstrap}",
+        broker_credentials=faust_credentials(kafka),
         store="memory://",
         # faust's own directory (its default is APPID-data in the working directory, which
         # `preemptctl run` and a worker started anywhere would leave behind): beside the store.
@@ -115,19 +135,20 @@ def build_app(
 
     async def new_outbox(partition: int) -> Outbox:
         if exactly_once:
-            producer = await outbox_mod.start_transactional(bootstrap, transactional_id(app_id, partition))
+            producer = await outbox_mod.start_transactional(kafka, transactional_id(app_id, partition))
             return KafkaOutbox(producer, transactional=True, owns_producer=True, faults=faults)
         if not shared:
-            producer = outbox_mod.new_producer(bootstrap)
-            await producer.start()
+            producer = outbox_mod.new_producer(kafka)
+            await connection.start(kafka, producer)
             shared.append(producer)
         return KafkaOutbox(shared[0], transactional=False, owns_producer=False, faults=faults)
 
     setup = Setup(
         config=config,
         key=key,
+        key_id=key_id,
         store_dir=store_dir,
-        reader=lambda: PartitionReader(bootstrap, read_committed=exactly_once),
+        reader=lambda: PartitionReader(kafka, read_committed=exactly_once),
         outbox=new_outbox,
         faults=faults,
         snapshots=snapshots or SnapshotPolicy(),
@@ -145,11 +166,18 @@ def build_app(
     if health_port is not None:
 
         async def serve_health() -> None:
-            await health_mod.HealthServer(
-                health, host=health_host, port=health_port, routes=tables.routes(partitions)
-            ).start()
+            await health_mod.HealthServer(health, host=health_host, port=health_port).start()
 
         app.task(serve_health)
+
+    if tables_port is not None:
+
+        async def serve_tables() -> None:
+            await health_mod.RouteServer(
+                tables.routes(partitions), host=tables_host, port=tables_port
+            ).start()
+
+        app.task(serve_tables)
 
     async def commit_due() -> None:
         await partitions.tick()
@@ -189,10 +217,10 @@ def build_app(
 
 
 def cmd(args: argparse.Namespace) -> int:
-    bootstrap = kafka_topics.parse_broker_url(args.broker)
+    kafka = connection.from_args(args)
     tune_gc()
     config = options.load_config(args.config)
-    key = options.load_key(args.hmac_key_file)
+    signing_key = signing.load_signing_key(args.hmac_key_file, args.hmac_key_id)
     try:
         faults = Faults.parse(args.inject_fault or ())
     except ValueError as exc:
@@ -200,7 +228,7 @@ def cmd(args: argparse.Namespace) -> int:
     if args.session_timeout <= 0:
         raise UsageError(f"--session-timeout must be positive, got {args.session_timeout}")
     try:
-        asyncio.run(kafka_topics.ensure_worker_topics(bootstrap))
+        asyncio.run(kafka_topics.ensure_worker_topics(kafka, create=not args.no_create_topics))
     except kafka_topics.BrokerUnavailable as exc:
         raise UsageError(str(exc)) from exc
     store_dir = Path(args.store_dir)
@@ -209,14 +237,17 @@ def cmd(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--store-dir {store_dir}: {exc.strerror or exc}") from exc
     app = build_app(
-        bootstrap=bootstrap,
+        kafka=kafka,
         store_dir=store_dir,
         config=config,
-        key=key,
+        key=signing_key.secret if signing_key else None,
+        key_id=signing_key.key_id if signing_key else None,
         guarantee=args.processing_guarantee,
         app_id=args.group,
         health_host=args.health_host,
         health_port=args.health_port,
+        tables_host=args.tables_host,
+        tables_port=args.tables_port,
         session_timeout=args.session_timeout,
         faults=faults,
         snapshots=SnapshotPolicy(min_events=args.snapshot_every, events_per_object=0)
@@ -240,16 +271,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="fold cluster-events and emit decisions (faust app)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  preemptctl worker --broker kafka://127.0.0.1:9092 --store-dir /var/lib/pc",
+        epilog="examples:\n"
+        "  preemptctl worker --bootstrap-server 127.0.0.1:9092 --store-dir /var/lib/pc\n"
+        "  preemptctl worker --bootstrap-server kafka-0.kafka:9093,kafka-1.kafka:9093 \\\n"
+        "      --kafka-config /etc/preemptctl/kafka/client.properties --store-dir /var/lib/pc",
     )
-    p.add_argument("--broker", required=True, help="kafka://host:port")
+    connection.add_arguments(p)
     p.add_argument(
         "--store-dir",
         default="./preemptctl-state",
         help="local rocksdict state, and faust's own directory (default ./preemptctl-state)",
     )
     p.add_argument("--config", help="engine config YAML (README: config keys; docs/semantics.md)")
-    p.add_argument("--hmac-key-file", help="sign decision records with this key")
+    p.add_argument("--hmac-key-file", metavar="F", help="sign decision records with this key")
+    p.add_argument(
+        "--hmac-key-id",
+        metavar="ID",
+        help="the key's id, sent with each decision (default: the key file's name); docs/topics.md",
+    )
     p.add_argument(
         "--processing-guarantee",
         choices=("at_least_once", "exactly_once"),
@@ -265,6 +304,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"consumer group, also the faust app id (default {lag.DEFAULT_GROUP})",
     )
     p.add_argument(
+        "--no-create-topics",
+        action="store_true",
+        help="do not create missing topics (the operator made them; the principal has no Create ACL)",
+    )
+    p.add_argument(
         "--session-timeout",
         type=float,
         default=SESSION_TIMEOUT_S,
@@ -277,4 +321,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # Snapshot every N events instead of the size-scaled policy (tests, benchmarks).
     p.add_argument("--snapshot-every", type=int, metavar="EVENTS", help=argparse.SUPPRESS)
     health_mod.add_arguments(p)
+    p.add_argument(
+        "--tables-port",
+        type=int,
+        metavar="PORT",
+        help="serve the materialized tables (/partitions, /clusters/...) on this port (default: off); "
+        "never on --health-port, which Prometheus scrapes",
+    )
+    p.add_argument(
+        "--tables-host",
+        default=health_mod.LOCALHOST,
+        metavar="HOST",
+        help=f"address the tables bind (default {health_mod.LOCALHOST}: kubectl port-forward reaches it)",
+    )
     p.set_defaults(func=cmd)

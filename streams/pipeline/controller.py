@@ -58,6 +58,7 @@ from engine import cluster as cluster_mod
 from engine.cluster import Cluster
 from engine.config import Config
 from engine.decision import PREEMPT, WAIT, Decision
+from engine.default import Preemptor
 from engine.index import Index
 from engine.objects import Pod, Record
 from schemas import VERSION, chain, records
@@ -773,4 +774,21 @@ class Controller:
             pod = ctl.cluster.pods.get(uid)
             if pod is not None and pod.node is None and pod.nominated != nom.node:
                 ctl.cluster.upsert(dataclasses.replace(pod, nominated=nom.node))
+        ctl.warm()
         return ctl
+
+    def warm(self) -> None:
+        """Build the index's summaries and the rankings of the pods waiting for a decision, now.
+
+        At restore, not at the first decision after it (which would pay for every
+        node's summary). The instant is the latest this state records (a nomination's);
+        rankings built for an earlier one catch up exactly when first used.
+        """
+        cluster = self.cluster
+        now = max((n.since for n in self.nominations.values()), default=0)
+        pending = []
+        for uid in sorted(self.waiting):
+            pod = cluster.pods.get(uid)
+            if pod is not None and pod.node is None and flows.select_flow(cluster, [pod]) == "default":
+                pending.append(Preemptor(pod, cluster.priority(pod), pod.requests))
+        self.index.warm(pending, now, self.config.victim_selection)

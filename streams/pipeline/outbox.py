@@ -38,7 +38,8 @@ from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 
 from schemas import cloudevent, records
 from schemas.records import DecisionRecord
-from streams.kafka import deadletter, topics
+from streams.common import signing
+from streams.kafka import connection, deadletter, topics
 from streams.kafka.deadletter import Origin
 from streams.kafka.memory import MemoryBroker
 from streams.pipeline.faults import NONE, Faults, InjectedFault
@@ -82,14 +83,19 @@ class Outgoing:
 # ---- building records ----------------------------------------------------------------------
 
 
-def decision(record: DecisionRecord, *, partition: int, encoded: bytes | None = None) -> Outgoing:
+def decision(
+    record: DecisionRecord, *, partition: int, encoded: bytes | None = None, key_id: str | None = None
+) -> Outgoing:
     """A decision record, keyed by its cluster (DESIGN §5); its size is held by the controller.
 
     `encoded`: the record's bytes when the caller has them (the controller encodes
-    each decision once, to hold it to the size limit).
+    each decision once, to hold it to the size limit). `key_id`: the id of the key
+    that signed it, in the signing.KEY_ID_HEADER header (the actuator verifies with it).
     """
     value = encoded if encoded is not None else records.encode(record)
     headers = tuple(cloudevent.decision_headers(record))  # CloudEvents binary mode (docs/topics.md)
+    if key_id is not None and record.get("sig"):
+        headers += ((signing.KEY_ID_HEADER, key_id.encode()),)
     return Outgoing(records.DECISIONS, partition, record["cluster"].encode(), value, headers)
 
 
@@ -163,13 +169,12 @@ def _failure(exc: BaseException) -> SendFailed:
     return SendFailed(f"{type(exc).__name__}: {exc}")
 
 
-def new_producer(bootstrap: str, *, transactional_id: str | None = None) -> AIOKafkaProducer:
+def new_producer(kafka: connection.Connect, *, transactional_id: str | None = None) -> AIOKafkaProducer:
     """A producer within the record size limits of streams.kafka.topics."""
     extra: dict[str, Any] = {}
     if transactional_id is not None:
         extra = {"transactional_id": transactional_id, "transaction_timeout_ms": TRANSACTION_TIMEOUT_MS}
-    return AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
+    return connection.of(kafka).producer(
         client_id="preemptctl-worker",
         acks=PRODUCER_ACKS,
         linger_ms=PRODUCER_LINGER_MS,
@@ -183,15 +188,16 @@ class TransactionsUnavailable(RuntimeError):
     """The broker did not answer InitProducerId: exactly_once cannot run on it."""
 
 
-async def start_transactional(bootstrap: str, transactional_id: str) -> AIOKafkaProducer:
+async def start_transactional(kafka: connection.Connect, transactional_id: str) -> AIOKafkaProducer:
     """A started transactional producer; starting it fences every earlier one with this id."""
-    producer = new_producer(bootstrap, transactional_id=transactional_id)
+    producer = new_producer(kafka, transactional_id=transactional_id)
     try:
         await asyncio.wait_for(producer.start(), TRANSACTIONS_INIT_TIMEOUT_S)
     except TimeoutError as exc:
         await producer.stop()
         raise TransactionsUnavailable(
-            f"the broker at {bootstrap} did not initialise a transactional producer within "
+            f"the broker at {connection.of(kafka).describe()} did not initialise a transactional producer "
+            "within "
             f"{TRANSACTIONS_INIT_TIMEOUT_S:.0f}s: exactly_once needs Kafka transactions "
             "(the embedded broker has none: use --processing-guarantee at_least_once)"
         ) from exc

@@ -1,7 +1,11 @@
-"""What the worker believes, over HTTP on its health port: partitions and each cluster's tables.
+"""What the worker believes, over HTTP: partitions and each cluster's tables.
 
 Read-only JSON views of the in-memory state (what the next decision reads),
-for an operator comparing the worker's view with the cluster's:
+for an operator comparing the worker's view with the cluster's. They are the
+whole inventory of every cluster the worker folds, so they are off unless
+`--tables-port` is given, and then served on that port alone, bound to
+127.0.0.1 (`--tables-host`): `kubectl port-forward pod/<worker> 9103` reaches
+them, the metrics port (which Prometheus and the NetworkPolicy open) never does.
 
     GET /partitions                          position, committed offset, latest snapshot, clusters
     GET /clusters/{cluster}/nodes            per node: allocatable, used, free, bound pods, taints

@@ -136,6 +136,8 @@ class Setup:
     faults: Faults = field(default_factory=Faults)
     decide: Decide = flows.decide
     snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
+    # The id of `key`, sent with each decision (streams.common.signing.KEY_ID_HEADER).
+    key_id: str | None = None
 
 
 def fingerprint(key: bytes | None, value: bytes) -> str:
@@ -388,7 +390,11 @@ class PartitionWorker:
             for d in decisions:
                 if not self.published.seen(d):
                     encoded = ctl.encoded.get(d["id"])
-                    out.append(outbox_mod.decision(d, partition=self.partition, encoded=encoded))
+                    out.append(
+                        outbox_mod.decision(
+                            d, partition=self.partition, encoded=encoded, key_id=self.setup.key_id
+                        )
+                    )
                     self._decided.append((started, d))
         n = len(batch["events"])
         self.events += n

@@ -13,6 +13,13 @@ like that; this generator builds one that is closer, from a seed:
   with start times spread over a month;
 - a PodDisruptionBudget on about a third of the workloads, with
   `disruptionsAllowed` between 0 and 3;
+- a width (`WIDTHS`): `narrow` draws every replica from all workloads alike
+  (~58 replicas each at 5,000 nodes, a PDB change touching ~58 nodes); `wide`
+  gives the cluster a long tail, as big clusters have it: one workload per pod
+  shape per `WIDE_NODES_PER_WORKLOAD` nodes (web fleets, batch arrays) carries
+  `WIDE_SHARE` of the pods, sized from a Pareto distribution (hundreds to
+  thousands of replicas spread over most nodes), a third of them under a PDB
+  (and no other workload); the rest are narrow workloads;
 - ElasticQuotas on half of the namespaces, whose pods carry the Koordinator
   labels (a mix of preemptible and not);
 - preemptor shapes for each flow: 60 single-pod shapes for the default flow (some
@@ -74,6 +81,17 @@ CLASSES: tuple[tuple[str, int, dict[str, str]], ...] = (
     ("platform", 1000000, {}),
 )
 VICTIM_CLASSES = CLASSES[:6]  # workloads run at these; preemptors come from above them
+# Cluster widths: how replicas spread over workloads (module docstring).
+NARROW, WIDE = "narrow", "wide"
+WIDTHS = (NARROW, WIDE)
+# Wide: one wide workload per this many nodes (312 at 5,000 nodes, 31 at 500), which
+# together hold this share of the pods; their sizes are Pareto(WIDE_PARETO_ALPHA)
+# draws (mean 3x the smallest), so a few run thousands of replicas.
+WIDE_NODES_PER_WORKLOAD = 16
+WIDE_SHARE = 0.9
+WIDE_PARETO_ALPHA = 1.5
+# A wide workload runs under a PDB this often (about a third: ~100 at 5,000 nodes).
+WIDE_PDB_CHANCE = 0.33
 CPU_MILLIS = (50, 100, 200, 250, 500, 500, 750, 1000, 1000, 1500, 2000, 4000)
 POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
 QUOTA_NAME = "quota.scheduling.koordinator.sh/name"
@@ -108,8 +126,12 @@ class MixedCluster:
         shapes: int = 300,
         pods_per_node: tuple[int, int] = (30, 40),
         fill: float = 0.97,
+        width: str = NARROW,
     ) -> None:
+        if width not in WIDTHS:
+            raise ValueError(f"width must be one of {', '.join(WIDTHS)}, got {width!r}")
         self.rng = random.Random(seed)
+        self.width = width
         self.rv = 1
         self.nodes: list[dict[str, Any]] = []
         self.pods: dict[str, dict[str, Any]] = {}  # uid -> raw, bound pods
@@ -117,6 +139,9 @@ class MixedCluster:
         self.workloads: list[Workload] = []
         self.pdbs: dict[str, dict[str, Any]] = {}  # app -> raw
         self.quotas: list[dict[str, Any]] = []
+        # Cumulative weights of `workloads` for drawing a replica's workload: all alike
+        # when narrow, by each wide workload's target size when wide.
+        self._cum_weights: list[float] = []
         self._serial = 0
         self._build(nodes, shapes, pods_per_node, fill)
 
@@ -172,6 +197,7 @@ class MixedCluster:
                     preemptible,
                 )
                 self.workloads.append(workload)
+        self._weigh(nodes, per_node)
         for n in self.nodes:
             name = n["metadata"]["name"]
             cap = int(n["status"]["allocatable"]["cpu"]) * 1000
@@ -184,7 +210,7 @@ class MixedCluster:
                 # scheduler packing a busy cluster would leave it.
                 aim = room / (target - count)
                 for _ in range(50):
-                    w = rng.choice(self.workloads)
+                    w = self._draw()
                     if aim / 4 <= w.cpu_m <= min(aim * 2, room):
                         break
                 else:
@@ -195,6 +221,36 @@ class MixedCluster:
                 self.pdbs[w.app] = self._pdb(w)
         for namespace in QUOTA_NAMESPACES:
             self.quotas.append(self._quota(namespace))
+
+    def _weigh(self, nodes: int, per_node: tuple[int, int]) -> None:
+        """Each workload's share of the replicas: alike when narrow; a long tail when wide."""
+        rng = self.rng
+        weights = [1.0] * len(self.workloads)
+        if self.width == WIDE:
+            wide = max(1, nodes // WIDE_NODES_PER_WORKLOAD)
+            pods = nodes * sum(per_node) / 2
+            sizes = [rng.paretovariate(WIDE_PARETO_ALPHA) for _ in range(wide)]
+            scale = pods * WIDE_SHARE / sum(sizes)
+            narrow_each = pods * (1 - WIDE_SHARE) / max(1, len(self.workloads) - wide)
+            weights = [narrow_each] * len(self.workloads)
+            for workload in self.workloads:
+                workload.pdb_allowed = None  # PDBs guard the wide workloads, as in the clusters modelled
+            shapes = len(self.workloads) // WORKLOADS_PER_SHAPE
+            for i, size in enumerate(sizes):
+                # Spread over the pod shapes: copy i // shapes of shape i % shapes.
+                at = (i % shapes) * WORKLOADS_PER_SHAPE + (i // shapes) % WORKLOADS_PER_SHAPE
+                weights[at] = size * scale
+                self.workloads[at].pdb_allowed = rng.randint(0, 2) if rng.random() < WIDE_PDB_CHANCE else None
+        total = 0.0
+        for weight in weights:
+            total += weight
+            self._cum_weights.append(total)
+
+    def _draw(self) -> Workload:
+        """A workload for one replica, by the cluster's width."""
+        if self.width == NARROW:
+            return self.rng.choice(self.workloads)  # the narrow cluster as it always was, seed for seed
+        return self.rng.choices(self.workloads, cum_weights=self._cum_weights)[0]
 
     def _replica(self, w: Workload, node: str, *, started: float) -> dict[str, Any]:
         self._serial += 1
@@ -409,7 +465,7 @@ class MixedCluster:
                 pod["metadata"]["resourceVersion"] = self._next_rv()
                 yield "DELETED", pod
             elif roll < 0.8:
-                w = rng.choice(self.workloads)
+                w = self._draw()
                 fits = [n for n, free in self.free_m.items() if free >= w.cpu_m]
                 if not fits:
                     continue

@@ -34,7 +34,7 @@ from schemas import VERSION, cloudevent, records
 from streams.brokers.embedded import EmbeddedBroker
 from streams.common.errors import UsageError
 from streams.common.options import load_config, load_key
-from streams.kafka import logio, topics
+from streams.kafka import connection, logio, topics
 from streams.pipeline.controller import BadEvent
 from streams.pipeline.fold import DEFAULT_CLUSTER, Fleet
 from streams.sim import traces
@@ -72,9 +72,9 @@ def _line(d: Mapping[str, Any]) -> str:
 
 class Run:
     def __init__(
-        self, *, bootstrap: str, trace: list[dict[str, Any]], config: Any, key: bytes | None
+        self, *, kafka: connection.Connect, trace: list[dict[str, Any]], config: Any, key: bytes | None
     ) -> None:
-        self.bootstrap = bootstrap
+        self.kafka = connection.of(kafka)
         self.trace = trace
         self.fleet = Fleet(config, key)
         self.sim = Simulator(trace)
@@ -125,15 +125,13 @@ class Run:
         return [self.received[i] for i in ids]
 
     async def play(self, *, until_idle: bool, decisions_out: Path | None) -> None:
-        await topics.ensure_topics(self.bootstrap)
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=2)
+        await topics.ensure_topics(self.kafka)
+        producer = self.kafka.producer(linger_ms=2)
         # A short fetch wait: the embedded broker holds a fetch for the whole wait.
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap, enable_auto_commit=False, fetch_max_wait_ms=10
-        )
-        await producer.start()
-        await consumer.start()
+        consumer = self.kafka.consumer(enable_auto_commit=False, fetch_max_wait_ms=10)
         try:
+            await connection.start(self.kafka, producer)
+            await connection.start(self.kafka, consumer)
             tp = TopicPartition(records.DECISIONS, 0)
             consumer.assign([tp])
             await consumer.seek_to_end(tp)  # a shared broker may hold earlier runs' decisions
@@ -211,15 +209,14 @@ class Run:
 
 
 def start_worker(
-    url: str, store_dir: Path, config_path: str | None, key_path: str | None
+    kafka_args: list[str], store_dir: Path, config_path: str | None, key_path: str | None
 ) -> subprocess.Popen[bytes]:
     cmd = [
         sys.executable,
         "-m",
         "streams.cli",
         "worker",
-        "--broker",
-        url,
+        *kafka_args,
         "--store-dir",
         str(store_dir),
         "--health-port",
@@ -254,19 +251,26 @@ def cmd(args: argparse.Namespace) -> int:
             "--kubeconfig: run with a real cluster means `preemptctl source|worker|actuator` (see README)"
         )
     started = time.perf_counter()
+    kafka = connection.from_args(args) if connection.given(args) else None
     with contextlib.ExitStack() as stack:
-        if args.broker:
-            url = args.broker
-        else:
+        if kafka is None:
             embedded = stack.enter_context(EmbeddedBroker())
-            url = embedded.url
+            kafka = connection.KafkaConfig(bootstrap=embedded.bootstrap)
             print(f"embedded broker (tansu) on {embedded.bootstrap}", file=sys.stderr, flush=True)
-        bootstrap = topics.parse_broker_url(url)
-        asyncio.run(topics.ensure_topics(bootstrap))
+        asyncio.run(topics.ensure_topics(kafka))
+        # The worker reaches the same Kafka the same way (the flags, not the secrets, are passed on).
+        kafka_args = [
+            "--bootstrap-server",
+            kafka.bootstrap,
+            "--bootstrap-timeout",
+            f"{kafka.bootstrap_timeout_s:g}",
+        ]
+        if args.kafka_config:
+            kafka_args += ["--kafka-config", args.kafka_config]
         store_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="preemptctl-run-")))
-        worker = start_worker(url, store_dir, args.config, args.hmac_key_file)
+        worker = start_worker(kafka_args, store_dir, args.config, args.hmac_key_file)
         stack.callback(stop_worker, worker)
-        run = Run(bootstrap=bootstrap, trace=trace, config=config, key=key)
+        run = Run(kafka=kafka, trace=trace, config=config, key=key)
         print(
             f"worker started (pid {worker.pid}); playing {len(trace)} trace events",
             file=sys.stderr,
@@ -303,12 +307,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  preemptctl run                    bundled example trace, Ctrl-C to stop\n"
         "  preemptctl run --trace t.jsonl --until-idle --decisions-out d.jsonl\n"
-        "  preemptctl run --broker kafka://127.0.0.1:9092 --until-idle",
+        "  preemptctl run --bootstrap-server 127.0.0.1:9092 --until-idle      an existing Kafka\n"
+        "  preemptctl run --bootstrap-server 127.0.0.1:9093 --kafka-config client.properties --until-idle",
     )
     p.add_argument("--trace", help="JSONL trace (docs/case-format.md, traces); default: the bundled example")
-    p.add_argument(
-        "--broker", help="kafka://host:port of an existing Kafka (default: start the embedded one)"
-    )
+    connection.add_arguments(p, required=False)
     p.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     p.add_argument("--decisions-out", help="write the decision log here (JSONL)")
     p.add_argument(

@@ -40,7 +40,8 @@ from streams.kafka import reading
 from tests.k8s import cluster as cluster_mod
 from tests.k8s import scheduler as scheduler_mod
 
-CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "preemptctl"
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "preemptctl"
 KWOK_VERSION = "0.7.0"
 KWOK = cluster_mod.CACHE / f"kwok-v{KWOK_VERSION}"
 PREEMPTCTL_SCHEDULER = str(scheduler_mod.PREEMPTCTL_PROFILE["schedulerName"])
@@ -245,6 +246,7 @@ class Stack:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env=dict(os.environ),
+            cwd=self.root,  # the faust app writes its `<group>-data` folder in its working directory
         )
         log.close()
         self.processes[component] = process

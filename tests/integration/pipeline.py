@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaProducer
 
 from schemas import records
-from streams.kafka import reading
+from streams.kafka import connection, reading
 from streams.kafka import topics as kafka_topics
 
 # A worker must produce what the log calls for within this long (group join included).
@@ -32,29 +31,38 @@ def with_cluster(events: Sequence[dict[str, Any]], cluster: str) -> list[dict[st
 
 
 async def produce(
-    bootstrap: str,
+    kafka: connection.Connect,
     cluster: str,
     events: Sequence[dict[str, Any]],
     *,
     per_record: int = 10,
     raw: Sequence[bytes] = (),
+    topic: str = records.CLUSTER_EVENTS,
+    create: bool = True,
 ) -> None:
-    await kafka_topics.ensure_topics(bootstrap)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
-    await producer.start()
+    config = connection.of(kafka)
+    if create:
+        await kafka_topics.ensure_topics(config)
+    producer = config.producer(linger_ms=5)
+    await connection.start(config, producer)
     try:
         for value in raw:
-            await producer.send_and_wait(records.CLUSTER_EVENTS, key=cluster.encode(), value=value)
+            await producer.send_and_wait(topic, key=cluster.encode(), value=value)
         for i in range(0, len(events), per_record):
             chunk = [{k: v for k, v in e.items() if k != "cluster"} for e in events[i : i + per_record]]
             value = orjson.dumps({"v": 1, "cluster": cluster, "events": chunk})
-            await producer.send_and_wait(records.CLUSTER_EVENTS, key=cluster.encode(), value=value)
+            await producer.send_and_wait(topic, key=cluster.encode(), value=value)
     finally:
         await producer.stop()
 
 
 def start_worker(
-    bootstrap: str, store: Path, group: str, *, guarantee: str = "at_least_once"
+    bootstrap: str,
+    store: Path,
+    group: str,
+    *,
+    guarantee: str = "at_least_once",
+    extra: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     store.mkdir(parents=True, exist_ok=True)
     log = (store.parent / f"{store.name}.log").open("ab")
@@ -75,6 +83,7 @@ def start_worker(
         "info",
         "--health-port",
         "0",
+        *extra,
     ]
     return subprocess.Popen(
         cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=dict(os.environ)
@@ -91,9 +100,15 @@ def stop(proc: subprocess.Popen[bytes], *, kill: bool = False) -> None:
             proc.wait()
 
 
-async def decisions(bootstrap: str, cluster: str, *, read_committed: bool = False) -> list[dict[str, Any]]:
+async def decisions(
+    kafka: connection.Connect,
+    cluster: str,
+    *,
+    read_committed: bool = False,
+    topic: str = records.DECISIONS,
+) -> list[dict[str, Any]]:
     out = []
-    async for m in reading.read_all(bootstrap, records.DECISIONS, read_committed=read_committed):
+    async for m in reading.read_all(kafka, topic, read_committed=read_committed):
         d = orjson.loads(m.value)
         if d.get("cluster") == cluster:
             out.append(d)
@@ -101,23 +116,24 @@ async def decisions(bootstrap: str, cluster: str, *, read_committed: bool = Fals
 
 
 async def wait_for_decisions(
-    bootstrap: str,
+    bootstrap: connection.Connect,
     cluster: str,
     count: int,
     *,
     read_committed: bool = False,
     timeout: float = DECISIONS_TIMEOUT_S,
     settle: bool = True,
+    topic: str = records.DECISIONS,
 ) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout
     got: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
-        got = await decisions(bootstrap, cluster, read_committed=read_committed)
+        got = await decisions(bootstrap, cluster, read_committed=read_committed, topic=topic)
         if len(got) >= count:
             if not settle:
                 return got
             await asyncio.sleep(1.0)  # anything beyond the expected count (a duplicate) shows up too
-            return await decisions(bootstrap, cluster, read_committed=read_committed)
+            return await decisions(bootstrap, cluster, read_committed=read_committed, topic=topic)
         await asyncio.sleep(0.1 if not settle else 0.5)
     return got
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import shutil
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ from aiokafka import AIOKafkaProducer
 
 from engine.config import Config
 from schemas import records
+from streams.brokers.process import free_loopback_port
 from streams.kafka import topics as kafka_topics
 from streams.pipeline import fold
 from streams.sim import simulator, traces
@@ -41,9 +45,9 @@ def test_examples_1_to_4_through_run(broker: str, tmp_path: Path) -> None:
     cluster = _cluster()
     trace = pipeline.with_cluster(traces.example(), cluster)
     asyncio.run(pipeline.produce(broker, cluster, []))  # creates the topics before the worker subscribes
-    worker = start_worker(f"kafka://{broker}", tmp_path, None, None)
+    worker = start_worker(["--bootstrap-server", broker], tmp_path, None, None)
     try:
-        run = Run(bootstrap=broker, trace=trace, config=Config(), key=None)
+        run = Run(kafka=broker, trace=trace, config=Config(), key=None)
         asyncio.run(run.play(until_idle=True, decisions_out=tmp_path / "d.jsonl"))
     finally:
         stop_worker(worker)
@@ -319,3 +323,53 @@ def test_bounds_end_while_the_log_keeps_growing(broker: str) -> None:
     before, end, read = asyncio.run(scenario())
     assert 20 <= before <= end  # every record acknowledged before the call is inside the bounds
     assert read[-1] == end - 1  # and the bounds are what a read gets
+
+
+def test_the_tables_are_never_on_the_metrics_port(tansu_broker: str, tmp_path: Path) -> None:
+    """The table views are the cluster's whole inventory: not on the port Prometheus (and whatever
+    the NetworkPolicy admits) reaches, only on --tables-port, bound to 127.0.0.1."""
+    cluster = _cluster()
+    expected = _expected(traces.basic(3), cluster)
+    asyncio.run(pipeline.produce(tansu_broker, cluster, expected.log))
+    health, views = free_loopback_port(), free_loopback_port()
+    worker = pipeline.start_worker(
+        tansu_broker, tmp_path / "store", f"g-{cluster}",
+        extra=["--health-port", str(health), "--health-host", "127.0.0.1", "--tables-port", str(views)],
+    )  # fmt: skip
+    try:
+        asyncio.run(pipeline.wait_for_decisions(tansu_broker, cluster, len(expected.decisions)))
+
+        def status(port: int, path: str) -> int:
+            try:
+                return int(urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5).status)
+            except urllib.error.HTTPError as exc:
+                return int(exc.code)
+
+        assert status(health, "/metrics") == 200
+        for path in ("/partitions", f"/clusters/{cluster}/pods", f"/clusters/{cluster}/nodes"):
+            assert status(health, path) == 404, path
+            assert status(views, path) == 200, path
+        bound = {c.laddr for c in psutil_connections(worker.pid) if c.status == "LISTEN"}
+        assert ("127.0.0.1", views) in bound and ("0.0.0.0", views) not in bound
+    finally:
+        pipeline.stop(worker)
+
+
+def psutil_connections(pid: int) -> list[Any]:
+    """The process's listening sockets, from /proc (no psutil needed): (laddr, status) pairs."""
+    import collections
+
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        target = os.readlink(fd)
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    Conn = collections.namedtuple("Conn", "laddr status")
+    found = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[9] in inodes and fields[3] == "0A":  # 0A: LISTEN
+            host_hex, port_hex = fields[1].split(":")
+            host = ".".join(str(int(host_hex[i : i + 2], 16)) for i in (6, 4, 2, 0))
+            found.append(Conn((host, int(port_hex, 16)), "LISTEN"))
+    return found

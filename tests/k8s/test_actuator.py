@@ -28,6 +28,7 @@ from prometheus_client import REGISTRY
 
 from schemas import chain, records
 from schemas.records import VictimRecord
+from streams.common import signing
 from streams.kafka import topics as kafka_topics
 from streams.kafka.deadletter import Origin
 from streams.kafka.sink import KafkaSink, MemorySink
@@ -354,6 +355,84 @@ async def test_refused_decisions_go_to_the_dead_letter_topic(
     assert (headers["origin-partition"], headers["origin-offset"]) == (b"2", b"41")
     assert headers["error-class"] == error_class.encode() and headers["error"]
     assert not [c for c in fake.calls if c.plural == "pods"] and not sink.on("preemption.evictions")
+
+
+K1, K2, K3 = b"first-signing-key", b"second-signing-key", b"third-signing-key"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _signed(pods: Pods, secret: bytes, decision_id: str) -> bytes:
+    return orjson.dumps(
+        decision(pods["high"], [victim(pods["v-evict"], "evict")], key=secret, decision_id=decision_id)
+    )
+
+
+async def test_keys_rotate_without_downtime_and_a_retired_key_is_refused(
+    served: tuple[FakeApi, client.ApiClient], tmp_path: Path
+) -> None:
+    """The documented rotation (docs/topics.md) against one running actuator reading a keys dir:
+    k1 only; k1 and k2 (records of either act); k2 only: a k1 record is refused, dead-lettered,
+    and no pod is touched; a record naming k2 but signed with k1 is forged."""
+    fake, api = served
+    pods = world(fake)
+    keys_dir = tmp_path / "signing"
+    keys_dir.mkdir()
+    (keys_dir / "k1").write_bytes(K1 + b"\n")
+    clock = Clock()
+    ring = signing.Keyring({}, directory=keys_dir, reload_interval_s=1.0, clock=clock)
+    actions = eviction.Actions(api, identity="test", retry=FAST)
+    sink = MemorySink()
+    act = Actuator(actions, sink, Ledger(), keys=ring)
+
+    def header(kid: str) -> list[tuple[str, bytes]]:
+        return [(signing.KEY_ID_HEADER, kid.encode())]
+
+    assert await act.handle(
+        _signed(pods, K1, "default/1/a"), key=b"default", origin=ORIGIN, headers=header("k1")
+    )
+    (keys_dir / "k2").write_bytes(K2)  # step 1: the new key is accepted too
+    clock.now += 2
+    assert ring.key_ids() == ["k1", "k2"]
+    assert sample("preemptctl_actuator_signing_keys", key_id="k2") == 1
+    second = fake.create("pods", objects.pod("v-evict-2", node="n1"))
+    record = decision(pods["high"], [victim(second, "evict")], key=K2, decision_id="default/2/b")
+    assert await act.handle(orjson.dumps(record), key=b"default", origin=ORIGIN, headers=header("k2"))
+    (keys_dir / "k1").unlink()  # step 3: k1 is retired
+    clock.now += 2
+    writes = len(fake.writes())
+    third = fake.create("pods", objects.pod("v-evict-3", node="n1"))
+    late = orjson.dumps(decision(pods["high"], [victim(third, "evict")], key=K1, decision_id="default/3/c"))
+    assert await act.handle(late, key=b"default", origin=ORIGIN, headers=header("k1")) == []
+    assert await act.handle(late, key=b"default", origin=ORIGIN) == []  # no header: every accepted key
+    relabelled = await act.handle(late, key=b"default", origin=ORIGIN, headers=header("k2"))
+    assert relabelled == [] and len(fake.writes()) == writes
+    dead = [dict(r.headers) for r in sink.on("preemption.dead-letter")]
+    assert [d["error-class"] for d in dead] == [b"UnacceptedKey", b"ForgedDecision", b"ForgedDecision"]
+    assert b"'k1', which is not accepted (accepted: k2)" in dead[0]["error"]
+    assert sample("preemptctl_actuator_signing_keys", key_id="k1") == 0
+
+
+def test_verify_with_key_ids() -> None:
+    """Accepted keys by id: the header picks the key; without it any accepted key may have signed."""
+    record = decision({"metadata": {"namespace": "d", "name": "p", "uid": "u"}}, [], key=K1)
+    value = orjson.dumps(record)
+    both = signing.Keyring({"k1": K1, "k2": K2})
+    assert actuator.verify(value, keys=both, key_id="k1")["id"] == record["id"]
+    assert actuator.verify(value, keys=both, key_id=None)["id"] == record["id"]
+    with pytest.raises(actuator.ForgedDecision):
+        actuator.verify(value, keys=both, key_id="k2")
+    with pytest.raises(actuator.UnacceptedKey):
+        actuator.verify(value, keys=signing.Keyring({"k2": K2, "k3": K3}), key_id="k1")
+    with pytest.raises(actuator.ForgedDecision):
+        actuator.verify(value, keys=signing.Keyring({"k2": K2, "k3": K3}), key_id=None)
+    assert actuator.verify(value, keys=None)["id"] == record["id"]  # no keys: signatures are not checked
 
 
 async def test_decisions_without_action_or_for_other_clusters_do_nothing(

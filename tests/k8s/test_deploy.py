@@ -445,7 +445,7 @@ def test_deployments_run_the_right_component_with_probes(chart_values: dict[str,
         deployments["actuator"]
     )["env"]
     if chart_values["hmacSecret"]:
-        assert act.hmac_key_file == "/etc/preemptctl/hmac/hmac.key"
+        assert act.hmac_key_file == ["/etc/preemptctl/hmac/hmac.key"]
         volumes = deployments["actuator"]["spec"]["template"]["spec"]["volumes"]
         assert {"name": "hmac", "secret": {"secretName": "preemptctl-hmac"}} in volumes
         assert "--hmac-key-file=/etc/preemptctl/hmac/hmac.key" in container(deployments["worker"])["args"]

@@ -34,6 +34,7 @@ import yaml
 from aiokafka import AIOKafkaProducer
 from kubernetes_asyncio import client
 
+from engine import projection
 from schemas.records import DECISIONS, VictimRecord
 from streams.brokers.process import free_loopback_port
 from streams.common import health
@@ -43,6 +44,7 @@ from streams.kube import api as kube
 from streams.kube import eviction, lease, source
 from streams.kube.actuator import Actuator
 from streams.kube.ledger import Ledger
+from streams.sim import apiserver
 from tests.k8s import cluster, test_deploy
 from tests.k8s import test_actuator as actuator_tests
 from tests.k8s.conftest import CHART
@@ -942,17 +944,19 @@ async def test_source_lists_then_watches_each_kind_in_turn(
     assert order == [(verb, kind) for kind in kinds for verb in ("list", "watch")]
 
 
-async def test_keep_managed_fields_keeps_them(
+async def test_the_source_writes_what_decisions_read_of_a_real_pod(
     kube_cluster: cluster.TestCluster, as_source: client.ApiClient, ns: str
 ) -> None:
-    kube_cluster.apply(pod("kept", ns, node_name="n1"))
+    """A pod as the API server holds it (managedFields, last-applied-configuration, env, command,
+    volumes) is written as its projection: nothing the server added or the manifest held beyond it."""
+    held = kube_cluster.apply(apiserver.dress(pod("kept", ns, node_name="n1"), secret="zq9-s3cr3t"))
+    assert held["metadata"]["managedFields"] and "zq9-s3cr3t" in orjson.dumps(held).decode()
     sink = MemorySink()
-    async with running_source(
-        as_source, sink, scope=source.Scope(namespaces=(ns,)), keep_managed_fields=True
-    ):
+    async with running_source(as_source, sink, scope=source.Scope(namespaces=(ns,))):
         events = await until(sink, lambda ev: "ADDED" in pod_events(ev, "kept"))
     (kept,) = [e for e in events if e.get("object", {}).get("metadata", {}).get("name") == "kept"]
-    assert kept["object"]["metadata"]["managedFields"]
+    assert kept["object"] == projection.project(held)
+    assert "zq9-s3cr3t" not in orjson.dumps(kept).decode()
 
 
 # The source's watches in the bookmark test end after this long: the watch cache sends a BOOKMARK

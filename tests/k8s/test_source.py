@@ -391,9 +391,9 @@ async def test_an_object_too_large_for_a_record_does_not_stop_the_log(
     served: tuple[FakeApi, client.ApiClient], tansu: str
 ) -> None:
     """A pod whose JSON exceeds what the producer may send (2 MiB: env values, command lines; an
-    object at etcd's 1.5 MiB limit grows in JSON) must not stop the log: the producer refuses the
-    record for good, and retrying it forever would hold back every event after it. It is written
-    without the fields no decision reads, and the log goes on."""
+    object at etcd's 1.5 MiB limit grows in JSON) must not stop the log: the producer would refuse
+    the record for good, and retrying it forever would hold back every event after it. Its
+    projection, without those fields, is what is written, and the log goes on."""
     fake, api = served
     fake.create("nodes", objects.node("n1"))
     big = objects.pod("big", node="n1")
@@ -407,14 +407,13 @@ async def test_an_object_too_large_for_a_record_does_not_stop_the_log(
     (written,) = [e["object"] for e in events if e.get("object", {}).get("metadata", {}).get("name") == "big"]
     container = written["spec"]["containers"][0]
     assert "env" not in container and container["resources"] == big["spec"]["containers"][0]["resources"]
-    assert written["metadata"]["annotations"][source.TRIMMED_ANNOTATION]
 
 
-async def test_an_object_too_large_even_trimmed_is_left_out_and_its_deletion_is_a_tombstone(
+async def test_an_object_too_large_even_projected_is_left_out_and_its_deletion_is_a_tombstone(
     served: tuple[FakeApi, client.ApiClient],
 ) -> None:
-    """What trimming cannot shrink (labels, say) is left out, counted, and the log goes on; the
-    deletion of such an object still reaches the log, as its tombstone."""
+    """What the projection cannot shrink (labels, say) is left out, counted, and the log goes on;
+    the deletion of such an object still reaches the log, as its tombstone."""
     fake, api = served
     fake.create("nodes", objects.node("n1"))
     huge = objects.pod("huge", node="n1", labels={f"k{i}": "v" * 60 for i in range(100)})
