@@ -5,7 +5,9 @@ For README.md and every docs/*.md:
   is run, command by command, unless an HTML comment right above it says why not:
   `<!-- docs-check: needs-cluster -->` (a Kubernetes cluster, Docker, Maven or a Kafka
   other than the test's), `<!-- docs-check: starts-broker -->` (it starts the broker the test
-  provides itself), `<!-- docs-check: runs-the-tests -->` (`make test` inside `make test`).
+  provides itself), `<!-- docs-check: runs-the-tests -->` (`make test` inside `make test`),
+  `<!-- docs-check: runs-a-benchmark -->` (minutes of load on a control plane of its own:
+  docs/performance.md shows what it printed).
   Commands run in one scratch directory per document (the repository's top-level entries
   linked into it, `.venv/bin` first on PATH), in document order, so a walk-through's later
   steps see the files its earlier ones wrote; audit.md runs after the walk-through it quotes.
@@ -38,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Run first: later documents quote the files it writes (audit.md: decisions.jsonl, edited.jsonl).
 RUN_ORDER = ["audit-walkthrough.md", "audit.md"]
-MARKERS = {"needs-cluster", "starts-broker", "runs-the-tests"}
+MARKERS = {"needs-cluster", "starts-broker", "runs-the-tests", "runs-a-benchmark"}
 SHELL = {"sh", "bash", "console", "shell"}
 BLOCK = re.compile(r"(?:<!-- docs-check: ([\w-]+) -->\s*\n)?( *)```(\w*)\n(.*?)\n\2```", re.S)
 EXIT_STATUS = re.compile(r"^# exit status (\d+)$")
