@@ -26,13 +26,14 @@ first, per resource); the cheapest priorities for them; and the start term while
 the highest priority stays. A set that still covers after dropping a pod is
 never better than without it, so no kind is taken beyond what the shortfall
 needs. It starts from the greedy kubernetes answer and keeps it on ties, so it
-is never worse on this key. The search stops after MAX_STATES steps and keeps the
-best set found (docs/semantics.md §7 names the nodes that reach it).
+is never worse on this key. The search stops after MAX_WORK (steps times kinds,
+what a step costs) and keeps the best set found (docs/semantics.md §7 names the nodes that reach it).
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,9 +43,14 @@ from engine.cluster import Cluster, NodeState
 from engine.default import CANDIDATE, FITS, PRIORITY_SHIFT, REJECTED, NodeEval, Preemptor
 from engine.objects import Pod
 
-# Search steps per node before the best set found so far is returned (it is still never
-# worse than greedy); bounds the cost of adversarial nodes (docs/semantics.md §7).
-MAX_STATES = 200_000
+# Search work per node (steps times kinds: a step's bounds walk the kinds) before the best
+# set found so far is returned, still never worse than greedy. Filled nodes of a busy
+# cluster need under 100,000, nodes saturated with victims still leaving about 600,000;
+# this bounds adversarial nodes to about 2 s on this machine (docs/semantics.md §7).
+MAX_WORK = 1_000_000
+# Prices tried by the cost bound (`_Search._cost`), evenly up to the steepest useful one:
+# any price is a bound; more prune a little more for their cost at every step.
+COST_PRICES = 8
 
 
 def disruption_key(cluster: Cluster, victims: Sequence[Pod]) -> tuple[int, int, int, int, int]:
@@ -57,6 +63,16 @@ def disruption_key(cluster: Cluster, victims: Sequence[Pod]) -> tuple[int, int, 
         (p.start for p, prio in zip(ordered, prios, strict=True) if prio == highest), default=timeutil.NEVER
     )
     return (violations, highest, len(prios), sum(p + PRIORITY_SHIFT for p in prios), -earliest)
+
+
+def _fewest(sizes: list[int], need: int) -> int:
+    """The fewest of these amounts that add up to `need` (the largest first)."""
+    got = 0
+    for count, size in enumerate(sorted(sizes, reverse=True), 1):
+        got += size
+        if got >= need:
+            return count
+    return len(sizes) + 1  # none do: no cover at all, so any figure holds
 
 
 @dataclass(slots=True)
@@ -88,13 +104,18 @@ class _Search:
             for p in potential
         }
         useful = [p for p in potential if any(frees_of[p.uid])]  # others are never in a least set
-        # A resource every useful pod covers alone (a pod slot, say) is covered by any victim:
-        # while another resource is short, it adds nothing to the search.
-        keep = [
-            r
-            for r in range(len(names))
-            if len(names) == 1 or any(frees_of[p.uid][r] < self.need[r] for p in useful)
-        ] or [0]
+        # A resource every cover of the others covers too adds nothing to the search: when any
+        # set freeing the other resources holds at least `fewest` pods, each freeing at least
+        # `least` of it, and fewest * least reaches its shortfall (pod slots, mostly).
+        keep = list(range(len(names)))
+        for r in range(len(names)):
+            others = [o for o in keep if o != r]
+            if not others or not useful:
+                continue
+            least = min(frees_of[p.uid][r] for p in useful)
+            fewest = max(_fewest([frees_of[p.uid][o] for p in useful], self.need[o]) for o in others)
+            if least * fewest >= self.need[r]:
+                keep.remove(r)
         self.need = tuple(self.need[r] for r in keep)
         # A budget no choice can exceed (it allows as many as could ever spend it) is no budget.
         spenders: dict[str, int] = {}
@@ -119,12 +140,39 @@ class _Search:
         kinds.sort(key=lambda k: (k.priority, tuple(-f for f in k.frees), k.budget, k.members[0].uid))
         self.kinds = kinds
         m, width = len(kinds), len(self.need)
+        self.width = max(1, m)
         self.prios = [k.priority for k in kinds]
         # cum[r][i]: what kinds[:i] free of resource r, all their pods taken.
         self.cum = [[0] * (m + 1) for _ in range(width)]
         for r in range(width):
             for i, k in enumerate(kinds):
                 self.cum[r][i + 1] = self.cum[r][i] + k.frees[r] * len(k.members)
+        # paid[r][i]: what kinds[:i] free of r through pods whose budget allows no disruption at
+        # all: the capacity that never comes without a violation.
+        self.paid = [[0] * (m + 1) for _ in range(width)]
+        for r in range(width):
+            for i, k in enumerate(kinds):
+                never = bool(k.budget) and self.allowed[k.budget] == 0
+                self.paid[r][i + 1] = self.paid[r][i] + (k.frees[r] * len(k.members) if never else 0)
+        # Per resource, prices for the cost bound (`_cost`) with the kinds ordered by priority
+        # less price times what one pod frees, cheapest first, for each.
+        self.priced: list[list[tuple[float, list[int]]]] = []
+        for r in range(width):
+            sizes = [k.frees[r] for k in kinds if k.frees[r] > 0]
+            top = (max(self.prios) - min(self.prios) + 1) / min(sizes) if sizes else 0.0
+            prices = [top * j / COST_PRICES for j in range(1, COST_PRICES + 1)]
+            self.priced.append(
+                [
+                    (
+                        p,
+                        sorted(
+                            range(m),
+                            key=[(k.priority - p * k.frees[r], i) for i, k in enumerate(kinds)].__getitem__,
+                        ),
+                    )
+                    for p in prices
+                ]
+            )
         # Per resource, the kinds by what one pod frees, largest first (for the count bound).
         self.by_size = [
             sorted(range(m), key=[(-k.frees[r], i) for i, k in enumerate(kinds)].__getitem__)
@@ -168,8 +216,40 @@ class _Search:
             most = max(most, used)
         return most
 
+    def _violations_ahead(self, short: Sequence[int], start: int, spent: dict[str, int]) -> int:
+        """How many more violations any completion from kinds[start:] makes, at least.
+
+        What the pods no budget lets go (budgets allowing none) cannot cover must come from
+        them, one violation each: as many as the largest of them need. Otherwise one when
+        the budgets left cannot cover the shortfall, else none.
+        """
+        m = len(self.kinds)
+        ahead = 0
+        for r, need in enumerate(short):
+            if need <= 0:
+                continue
+            rest = need - ((self.cum[r][m] - self.cum[r][start]) - (self.paid[r][m] - self.paid[r][start]))
+            if rest > 0:
+                got = used = 0
+                for i in self.by_size[r]:
+                    k = self.kinds[i]
+                    if i < start or not k.budget or self.allowed[k.budget]:
+                        continue
+                    size, n = k.frees[r], len(k.members)
+                    if got + size * n >= rest:
+                        used += -(-(rest - got) // size)
+                        break
+                    got += size * n
+                    used += n
+                ahead = max(ahead, used)
+        if ahead:
+            return ahead
+        return 0 if self._free_of_violations(short, start, spent) else 1
+
     def _free_of_violations(self, short: Sequence[int], start: int, spent: dict[str, int]) -> bool:
         """Could kinds[start:] cover `short` without a further violation (budgets left, per resource)?"""
+        if not spent and not any(self.allowed[k.budget] for k in self.kinds[start:] if k.budget):
+            return True  # no budget with room left to run out of: the quick answer is exact
         kinds = self.kinds
         for r, need in enumerate(short):
             if need <= 0:
@@ -197,7 +277,57 @@ class _Search:
     # ---- the search --------------------------------------------------------------------
 
     def run(self) -> None:
+        self._seed()
         self._search(0, self.need, 0, {}, 0, [], -PRIORITY_SHIFT, 0, 0, timeutil.NEVER)
+
+    def _seed(self) -> None:
+        """A good first answer to prune with: per priority level, the largest pods up to it that
+        spend no budget beyond what it allows, cheapest first among equals."""
+        kinds = self.kinds
+        order = sorted(
+            range(len(kinds)), key=lambda i: (tuple(-f for f in kinds[i].frees), kinds[i].priority, i)
+        )
+        for level in sorted(set(self.prios)):
+            short = list(self.need)
+            left = dict(self.allowed)
+            taken = [0] * len(kinds)
+            for i in order:
+                k = kinds[i]
+                if (
+                    k.priority > level
+                    or k.complex
+                    or not any(s > 0 and f > 0 for s, f in zip(short, k.frees, strict=True))
+                ):
+                    continue
+                room = len(k.members) if not k.budget else min(len(k.members), left[k.budget])
+                need = max(
+                    (-(-s // f) for s, f in zip(short, k.frees, strict=True) if s > 0 and f > 0), default=0
+                )
+                x = min(room, need)
+                if x <= 0:
+                    continue
+                taken[i] = x
+                if k.budget:
+                    left[k.budget] -= x
+                short = [max(0, s - f * x) for s, f in zip(short, k.frees, strict=True)]
+                if not any(short):
+                    break
+            if any(short):
+                continue
+            # Drop pods the others already cover, most expensive first: a least set has none.
+            for i in sorted(range(len(kinds)), key=lambda i: (-kinds[i].priority, i)):
+                while taken[i]:
+                    freed = [
+                        sum(kinds[j].frees[r] * (taken[j] - (j == i)) for j in range(len(kinds)))
+                        for r in range(len(self.need))
+                    ]
+                    if any(f < n for f, n in zip(freed, self.need, strict=True)):
+                        break
+                    taken[i] -= 1
+            victims = [p for k, x in zip(kinds, taken, strict=True) for p in k.members[:x]]
+            key = disruption_key(self.cluster, victims)
+            if key < self.best_key:
+                self.best_key, self.best = key, victims
 
     def _search(
         self,
@@ -213,7 +343,7 @@ class _Search:
         earliest: int,
     ) -> None:
         self.steps += 1
-        if self.steps > MAX_STATES:
+        if self.steps * self.width > MAX_WORK:
             self.capped = True
             return
         violations = simple + tangled
@@ -225,6 +355,8 @@ class _Search:
             return
         m = len(self.kinds)
         if i == m:
+            return
+        if self._dominated(i, short, spent, overlapping, (violations, highest, count, total, earliest)):
             return
         # The highest priority is at least the least level whose kinds (from i on) cover the shortfall.
         reach = i
@@ -240,7 +372,7 @@ class _Search:
         more = self._count(short, i, end)  # with the highest priority at `level`, at least this many more
         if more < 0:
             return
-        floor = violations if self._free_of_violations(short, i, spent) else violations + 1
+        floor = violations + self._violations_ahead(short, i, spent)
         cheapest = self.prios[i] + PRIORITY_SHIFT
         if level > highest:
             extra = (level + PRIORITY_SHIFT) + (more - 1) * cheapest
@@ -249,8 +381,11 @@ class _Search:
             bound = (floor, level, count + more, total + more * cheapest, -earliest)
         if bound >= self.best_key:
             return
-        if self._dominated(i, short, spent, (violations, highest, count, total, earliest)):
-            return
+        if bound[:3] == self.best_key[:3]:
+            # Only the cost can decide: bound it by the relaxation that prices what each pod frees.
+            priced = total + self._cost(short, i, end, more)
+            if (bound[0], bound[1], bound[2], max(bound[3], priced), bound[4]) >= self.best_key:
+                return
         kind = self.kinds[i]
         # Never more of a kind than the shortfall needs: a set that covers without a pod is better.
         useful = max(
@@ -282,8 +417,42 @@ class _Search:
                 return
         self._search(i + 1, short, simple, spent, tangled, overlapping, highest, count, total, earliest)
 
+    def _cost(self, short: Sequence[int], start: int, end: int, more: int) -> int:
+        """A lower bound on the shifted priorities of `more` pods of kinds[start:end+1] that free `short`.
+
+        Lagrangian relaxation per short resource: for any price l >= 0, every such set
+        costs at least l * shortfall + the `more` least (priority - l * frees) among the
+        pods. Any price gives a bound; a few fixed ones (`COST_PRICES`, kinds ordered for
+        each once per search) give most of the best one's.
+        """
+        kinds = self.kinds
+        best = float(more * kinds[start].priority)  # every pod at the cheapest priority
+        for r, need in enumerate(short):
+            if need <= 0:
+                continue
+            for price, order in self.priced[r]:
+                total, left = price * need, more
+                for i in order:
+                    if i < start or i > end:
+                        continue
+                    k = kinds[i]
+                    take = min(len(k.members), left)
+                    total += (k.priority - price * k.frees[r]) * take
+                    left -= take
+                    if not left:
+                        break
+                if not left and total > best:
+                    best = total
+        # Floats only bound here: one unit under keeps rounding from overstating it.
+        return math.floor(best) - 1 + more * PRIORITY_SHIFT
+
     def _dominated(
-        self, i: int, short: tuple[int, ...], spent: dict[str, int], partial: tuple[int, int, int, int, int]
+        self,
+        i: int,
+        short: tuple[int, ...],
+        spent: dict[str, int],
+        overlapping: list[Pod],
+        partial: tuple[int, int, int, int, int],
     ) -> bool:
         """Was this point reached before by a partial set at least as good on every term?
 
@@ -291,16 +460,11 @@ class _Search:
         each ends no better after this partial set than after one with no more
         violations, count and cost, a highest priority no higher and (at the same
         highest) an earliest start no earlier. Budgets count only up to what they allow
-        (beyond it, each pod is a violation already counted); overlapping ones keep
-        their pods apart, so points past one are not compared.
+        (beyond it, each pod is a violation already counted); of the pods whose budgets
+        overlap, which ones were taken is part of the point (their violations depend on it).
         """
-        if any(k.complex for k in self.kinds[:i]):
-            return False
-        state = (
-            i,
-            short,
-            tuple(sorted((u, min(n, self.allowed[u])) for u, n in spent.items() if self.allowed[u])),
-        )
+        budgets = tuple(sorted((u, min(n, self.allowed[u])) for u, n in spent.items() if self.allowed[u]))
+        state = (i, short, budgets, tuple(p.uid for p in overlapping))
         v, h, c, s, e = partial
         held = self.seen.setdefault(state, [])
         for v2, h2, c2, s2, e2 in held:

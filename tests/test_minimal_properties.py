@@ -10,11 +10,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from engine import case as case_mod
-from engine import default, minimal, placement, resources, timeutil
+from engine import default, flows, minimal, placement, resources, timeutil
 from engine.cluster import Cluster
 from engine.config import Config
 from engine.decision import PREEMPT
 from engine.default import Preemptor
+from engine.index import Index
 from streams.sim import mixed
 from tests import gen, minimal_oracle
 
@@ -168,3 +169,52 @@ def test_filled_nodes_of_an_ordinary_cluster_never_reach_the_cap() -> None:
                 assert not ev.capped, (k, state.node.name)
         cluster.remove("Pod", pod.uid)
     assert evaluated > 30
+
+
+def _filled_cluster() -> tuple[Cluster, Preemptor]:
+    gen_mixed = mixed.MixedCluster(3, seed=11, pods_per_node=(60, 90))
+    cluster = Cluster()
+    for obj in gen_mixed.objects():
+        cluster.apply("ADDED", obj)
+    raw = gen_mixed.default_preemptor(0, {"priority": 50000, "cpu_m": 8000}, at=0)
+    cluster.apply("ADDED", raw)
+    pod = cluster.pods[raw["metadata"]["uid"]]
+    return cluster, Preemptor(pod, cluster.priority(pod), pod.requests)
+
+
+def test_a_capped_search_keeps_its_best_and_the_decision_says_so(monkeypatch: Any) -> None:
+    cluster, pre = _filled_cluster()
+    monkeypatch.setattr(minimal, "MAX_WORK", 40)
+    now = timeutil.parse(mixed.EPOCH)
+    d = flows.decide(cluster, [pre.pod], now=now, config=Config(victim_selection="minimal"))
+    assert d.outcome == PREEMPT
+    assert any(c.get("searchCapped") for c in d.explanation["candidates"])
+    for state in cluster.nodes.values():
+        greedy = default.evaluate_node(cluster, state, pre, now)
+        capped = minimal.evaluate_node(cluster, state, pre, now)
+        if greedy.status == default.CANDIDATE:
+            assert capped.key <= minimal.disruption_key(cluster, greedy.victims)
+
+
+def test_an_explanation_never_searches_a_node_again(monkeypatch: Any) -> None:
+    """The top candidates an explanation lists are the evaluations the ranking already holds:
+    each node is searched once, and a second decision on an unchanged cluster searches none."""
+    cluster, pre = _filled_cluster()
+    searched: list[int] = []
+    run = minimal._Search.run
+
+    def counted(self: Any) -> None:
+        searched.append(id(self))
+        run(self)
+
+    monkeypatch.setattr(minimal._Search, "run", counted)
+    now = timeutil.parse(mixed.EPOCH)
+    index = Index(cluster)
+    config = Config(victim_selection="minimal")
+    first = flows.decide(cluster, [pre.pod], now=now, config=config, index=index)
+    assert 0 < len(searched) <= len(cluster.nodes)
+    assert len(first.explanation["candidates"]) > 1
+    before = len(searched)
+    again = flows.decide(cluster, [pre.pod], now=now, config=config, index=index)
+    assert len(searched) == before
+    assert again.answer() == first.answer()
