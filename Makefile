@@ -58,7 +58,7 @@ test: lint unit
 
 # preemptctl against the real kube-scheduler v1.34.2 (DefaultPreemption, and PreemptionToleration in
 # its place) on PARITY_CLUSTERS generated clusters and every bundled case; `make test` runs 30 of
-# them (docs/semantics.md §9). About a second a cluster here.
+# them (docs/semantics.md §10). About a second a cluster here.
 PARITY_CLUSTERS ?= 300
 PARITY_FIRST_SEED ?= 0
 parity: $(STAMP) kube-tools
