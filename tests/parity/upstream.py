@@ -399,7 +399,9 @@ def exempt(world: World, victim: Pod, preemptor: Pod, now: float, departures: fr
     if at is None:
         return True
     if policy.seconds == 0:
-        return at > now
+        # preemptctl: 0 seconds protect nothing once scheduled; upstream: a scheduled time
+        # still in the future (a skewed clock) protects.
+        return "toleration-boundary-inclusive" not in departures and at > now
     if "toleration-boundary-inclusive" in departures:
         return now - at <= policy.seconds
     return at + policy.seconds > now
