@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SHARED ?= ../shared
 
-.PHONY: run test lint unit conformance kafka kube-tools tools bench chaos clean
+.PHONY: run test lint unit conformance parity kafka kube-tools tools bench chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,14 @@ conformance: $(STAMP)
 	fi
 
 test: lint unit
+
+# preemptctl against the real kube-scheduler v1.34.2 (DefaultPreemption, and PreemptionToleration in
+# its place) on PARITY_CLUSTERS generated clusters and every bundled case; `make test` runs 30 of
+# them (docs/semantics.md §10). About a second a cluster here.
+PARITY_CLUSTERS ?= 300
+PARITY_FIRST_SEED ?= 0
+parity: $(STAMP) kube-tools
+	PARITY_CLUSTERS=$(PARITY_CLUSTERS) PARITY_FIRST_SEED=$(PARITY_FIRST_SEED) $(BIN)/pytest -q -rs tests/parity
 
 # The fault-injection suite on real Apache Kafka with more seeds and examples than
 # `make test` runs (one seed each there); bounded: about a minute per seed and scenario.

@@ -59,6 +59,8 @@ class NodeEval:
     summary: dict[str, Any] | None = None
     # The PDBs covering a potential victim: the only budgets this evaluation read.
     pdbs: frozenset[str] = frozenset()
+    # minimal mode: the search stopped at its cap, so the set is not proven least disruptive.
+    capped: bool = False
 
 
 def importance(cluster: Cluster, pod: Pod) -> tuple[int, int, int, str]:
@@ -210,6 +212,8 @@ def criteria(ev: NodeEval, cluster: Cluster, *, detail: bool = False) -> dict[st
             else timeutil.render(earliest),
             "victimPods": [v.namespace + "/" + v.name for v in ev.victims],
         }
+        if ev.capped:
+            ev.summary["searchCapped"] = True  # minimal mode: best found, not proven least
     out = dict(ev.summary)
     if detail:
         evicted = {v.uid for v in ev.victims}

@@ -13,6 +13,7 @@ import pytest
 
 from streams.brokers import embedded, kafka_local
 from tests import secure_kafka as secure_kafka_mod
+from tests import tools
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -49,7 +50,7 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[secure_ka
     try:
         running = secure_kafka_mod.start(root, log_path=root / "kafka.log")
     except secure_kafka_mod.ToolMissing as exc:
-        pytest.skip(str(exc))
+        tools.unavailable(str(exc))
     try:
         yield running
     finally:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from streams.cli import main
 from streams.common.errors import UsageError
 from streams.kafka import connection
-from tests import secure_kafka
+from tests import secure_kafka, tools
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
@@ -241,7 +241,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> secure_kafka.Pki:
     try:
         return secure_kafka.make_pki(tmp_path_factory.mktemp("pki"))
     except secure_kafka.ToolMissing as exc:
-        pytest.skip(str(exc))
+        tools.unavailable(str(exc))
 
 
 def test_truststores_and_keystores_pem_and_pkcs12(pki: secure_kafka.Pki) -> None:

@@ -28,3 +28,18 @@ def test_the_makefile_requires_every_tool_in_make_test() -> None:
     makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
     unit = makefile.split("\nunit:", 1)[1].split("\n\n", 1)[0]
     assert f"{tools.REQUIRE_TOOLS_ENV}=1 $(BIN)/pytest" in unit
+
+
+def test_every_skip_for_a_missing_tool_goes_through_tools_unavailable() -> None:
+    """A bare pytest.skip would pass silently under `make test`; tools.unavailable fails there."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent
+    bare = [
+        f"{path.relative_to(root)}:{number}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name not in ("tools.py", "test_tools.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "pytest.skip(" in line or "importorskip(" in line
+    ]
+    assert not bare, bare

@@ -100,6 +100,7 @@ def run(
     disagreements = 0
     in_flight: deque[tuple[Decision, Pod]] = deque()
     outcomes: dict[str, int] = {}
+    capped = 0  # minimal mode: decisions whose explanation lists a candidate whose search hit the cap
     gc.disable()  # collector pauses would dominate sub-millisecond timings
     try:
         started = time.perf_counter()
@@ -117,6 +118,8 @@ def run(
                 ):
                     disagreements += 1
             outcomes[d.outcome] = outcomes.get(d.outcome, 0) + 1
+            if any(c.get("searchCapped") for c in d.explanation.get("candidates", ())):
+                capped += 1
             if d.outcome == PREEMPT:
                 _apply(cluster, d, pre)
                 in_flight.append((d, pre))
@@ -135,6 +138,7 @@ def run(
         "pods": nodes * pods_per_node,
         "preemptors": count,
         "outcomes": outcomes,
+        "capped_searches": capped,
         "decisions_per_s": round(engine_rate, 1),
         "p50_ms": round(_percentile(latencies, 0.50) * 1000, 3),
         "p99_ms": round(_percentile(latencies, 0.99) * 1000, 3),
@@ -176,9 +180,10 @@ def run_mixed(
     seed: int,
     reference_decisions: int,
     width: str = mixed.NARROW,
+    node_pods: tuple[int, int] = mixed.PODS_PER_NODE,
 ) -> dict[str, Any]:
     build_started = time.perf_counter()
-    gen = mixed.MixedCluster(nodes, seed=seed, width=width)
+    gen = mixed.MixedCluster(nodes, seed=seed, width=width, pods_per_node=node_pods)
     cluster = Cluster()
     for obj in gen.objects():
         cluster.apply("ADDED", obj)
@@ -201,6 +206,7 @@ def run_mixed(
     disagreements: list[dict[str, Any]] = []
     outcomes: dict[str, int] = {}
     victims_total = 0
+    capped = 0  # minimal mode: decisions whose explanation lists a candidate whose search hit the cap
     churn_events = 0
     churn_s = 0.0
     in_flight: deque[tuple[Decision, list[Pod]]] = deque()
@@ -249,6 +255,8 @@ def run_mixed(
                 if {k2: got.get(k2) for k2 in want} != want:
                     disagreements.append({"decision": k, "engine": got, "reference": want})
             outcomes[d.outcome] = outcomes.get(d.outcome, 0) + 1
+            if any(c.get("searchCapped") for c in d.explanation.get("candidates", ())):
+                capped += 1
             if d.outcome == FITS:
                 _bind_any(cluster, d, pods)  # the scheduler binds it: its room is taken
             elif d.outcome == PREEMPT:
@@ -273,11 +281,13 @@ def run_mixed(
         "seed": seed,
         "nodes": nodes,
         "pods": len(gen.pods),
+        "pods_per_node": f"{node_pods[0]}-{node_pods[1]}",
         "pdbs": len(gen.pdbs),
         "preemptor_shapes": len(seen),
         "preemptors": count,
         "outcomes": outcomes,
         "victims_per_preempt": round(victims_total / max(1, outcomes.get(PREEMPT, 0)), 2),
+        "capped_searches": capped,
         "decisions_per_s": round(count / total, 1),
         "p50_ms": round(_percentile(latencies, 0.50) * 1000, 3),
         "p99_ms": round(_percentile(latencies, 0.99) * 1000, 3),
@@ -346,6 +356,7 @@ def cmd(args: argparse.Namespace) -> int:
             seed=args.seed,
             reference_decisions=args.reference_decisions,
             width=args.width,
+            node_pods=args.node_pods,
         )
     else:
         result = run(
@@ -364,6 +375,17 @@ def cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pod_range(text: str) -> tuple[int, int]:
+    low, _, high = text.partition("-")
+    try:
+        bounds = (int(low), int(high or low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"pods per node must be MIN-MAX, got {text!r}") from None
+    if not 1 <= bounds[0] <= bounds[1]:
+        raise argparse.ArgumentTypeError(f"pods per node must be 1 <= MIN <= MAX, got {text!r}")
+    return bounds
+
+
 def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = bench.add_parser(
         "engine",
@@ -375,6 +397,8 @@ def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "  preemptctl bench engine --workload mixed --width wide --churn --nodes 5000\n"
         "  preemptctl bench engine --workload mixed --churn --flow job --preemptors 100\n"
         "  preemptctl bench engine --nodes 500 --shape async --victim-selection minimal\n"
+        "  preemptctl bench engine --workload mixed --nodes 12 --node-pods 50-110 \\\n"
+        "      --victim-selection minimal\n"
         "  preemptctl bench engine --nodes 5000 --write-case big.json   # a case for `decide`",
     )
     p.add_argument("--workload", choices=("uniform", "mixed"), default="uniform")
@@ -392,6 +416,14 @@ def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--nodes", type=int, default=5000)
     p.add_argument("--pods-per-node", type=int, default=4, help="uniform only")
+    p.add_argument(
+        "--node-pods",
+        type=_pod_range,
+        default=mixed.PODS_PER_NODE,
+        metavar="MIN-MAX",
+        help="mixed only: pods per node, drawn between MIN and MAX (default 30-40; 50-110 fills nodes to "
+        "kubelet's pod limit, where minimal mode searches hardest)",
+    )
     p.add_argument("--preemptors", type=int, default=1000)
     p.add_argument("--shape", choices=("basic", "async"), default="basic")
     p.add_argument("--victim-selection", choices=("kubernetes", "minimal"), default="kubernetes")

@@ -93,6 +93,8 @@ WIDE_PARETO_ALPHA = 1.5
 # A wide workload runs under a PDB this often (about a third: ~100 at 5,000 nodes).
 WIDE_PDB_CHANCE = 0.33
 CPU_MILLIS = (50, 100, 200, 250, 500, 500, 750, 1000, 1000, 1500, 2000, 4000)
+# Replicas per node, drawn between these: a busy node of an ordinary cluster.
+PODS_PER_NODE = (30, 40)
 POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
 QUOTA_NAME = "quota.scheduling.koordinator.sh/name"
 PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
@@ -124,7 +126,7 @@ class MixedCluster:
         *,
         seed: int = 1,
         shapes: int = 300,
-        pods_per_node: tuple[int, int] = (30, 40),
+        pods_per_node: tuple[int, int] = PODS_PER_NODE,
         fill: float = 0.97,
         width: str = NARROW,
     ) -> None:

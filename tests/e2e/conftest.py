@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from streams.brokers import embedded
+from tests import tools
 from tests.e2e import stack as stack_mod
 from tests.k8s import cluster as cluster_mod
 from tests.k8s import scheduler as scheduler_mod
@@ -32,7 +33,7 @@ def plane() -> Iterator[stack_mod.ControlPlane]:
         scheduler_mod.binary()
         stack_mod.kwok_binary()
     except cluster_mod.Unavailable as exc:
-        pytest.skip(f"no control plane: {exc}")
+        tools.unavailable(f"no control plane: {exc}")
     with stack_mod.ControlPlane() as running:
         yield running
 

@@ -42,13 +42,15 @@ PREEMPTCTL_PROFILE: dict[str, Any] = {
     "plugins": {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}},
 }
 DEFAULT_PROFILE: dict[str, Any] = {"schedulerName": "default-scheduler"}
-# scheduler-plugins' PreemptionToleration in DefaultPreemption's place (its README's profile).
+# scheduler-plugins' PreemptionToleration in DefaultPreemption's place, exactly as its README
+# (pkg/preemptiontoleration/README.md, v0.34.7) enables it; its args default through the
+# scheme the build registers (MinCandidateNodesPercentage 10, Absolute 100, as DefaultPreemption).
 TOLERATION_PROFILE: dict[str, Any] = {
     "schedulerName": "toleration-scheduler",
     "plugins": {
         "postFilter": {
             "enabled": [{"name": "PreemptionToleration"}],
-            "disabled": [{"name": "*"}],
+            "disabled": [{"name": "DefaultPreemption"}],
         }
     },
 }

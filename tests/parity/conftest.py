@@ -1,0 +1,58 @@
+"""One control plane and one harness for every parity test; the counts reported at the end.
+
+The control plane is kube-apiserver + etcd (tests/k8s/cluster.py) with the
+TaintNodesByCondition admission plugin off: no node-lifecycle controller runs
+to lift the not-ready taint it would put on every node. kube-scheduler runs
+fresh for each scenario (tests/parity/harness.py).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests import tools
+from tests.k8s import cluster as k8s
+from tests.k8s import scheduler as scheduler_mod
+from tests.parity import classify as classify_mod
+from tests.parity.harness import Harness
+
+# Every classification of the session, for the summary: (source, kind, departures).
+RESULTS: list[tuple[str, str, tuple[str, ...]]] = []
+
+
+@pytest.fixture(scope="session")
+def parity() -> Iterator[Harness]:
+    try:
+        k8s.prerequisites()
+        scheduler_mod.binary()
+    except k8s.Unavailable as exc:
+        tools.unavailable(f"no real kube-apiserver and kube-scheduler: {exc}")
+    with k8s.TestCluster(disable_admission=("TaintNodesByCondition",)) as control:
+        harness = Harness(control)
+        try:
+            yield harness
+        finally:
+            harness.close()
+
+
+def record(source: str, c: classify_mod.Classification) -> None:
+    RESULTS.append((source, c.kind, c.departures))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not RESULTS:
+        return
+    write = terminalreporter.write_line
+    for source in sorted({r[0] for r in RESULTS}):
+        kinds = Counter(r[1] for r in RESULTS if r[0] == source)
+        departures = Counter(d for r in RESULTS if r[0] == source for d in r[2])
+        write(
+            f"parity with kube-scheduler, {source}: {sum(kinds.values())} compared: "
+            + ", ".join(f"{kinds[k]} {k}" for k in ("same", "tie", "documented", "unexplained") if kinds[k])
+        )
+        for name, n in sorted(departures.items()):
+            write(f"  documented departure {name}: {n}")

@@ -1,0 +1,378 @@
+"""Random clusters under 100 nodes for the parity tests, one per seed.
+
+Under 100 nodes kube-scheduler considers every node a preemption candidate (it
+samples max(10%, 100) of them), so its answer is comparable with preemptctl's,
+which always considers every node. A seed gives the same cluster every time.
+
+What varies, so that every rule of both deciders is exercised against the real
+scheduler: node shapes (a few kinds, so that candidates tie), taints, cordons,
+extended resources, a node without a `pods` figure now and then; pods of 2-5
+priority levels, QoS classes, init and sidecar containers, with and without
+labels, some without PodScheduled, some terminal, some terminating (by a
+preemption or by someone else); PDBs with matchLabels and every expression
+operator, budgets of 0-2 and disruptedPods; pending pods nominated to nodes,
+mostly of the deciding scheduler, now and then of another; the preemptor's
+size, node selector, tolerations and an earlier nomination (with victims still
+terminating there, and sometimes a node that has since shrunk). Clusters decided
+by PreemptionToleration get PriorityClasses with toleration policies: protected
+and expired windows far from their boundary (a wall clock decides upstream),
+forever, zero seconds, and now and then the annotation alias.
+
+Start times are distinct within a cluster except where a tie is wanted, so that
+kube-scheduler's victim order is the one MoreImportantPod defines.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from tests.parity.scenario import DEFAULT, IMAGE, NAMESPACES, TOLERATION, Scenario, render_time
+
+NOW = "2026-01-01T00:00:00Z"
+REF = 1767225600.0  # NOW as epoch seconds
+PRIORITIES = (-100, 0, 1, 5, 10, 50, 100, 500, 1000, 5000, 10000)
+APPS = ("web", "db", "cache")
+GPU = "example.com/gpu"
+PREFIX = "preemption-toleration.scheduling.x-k8s.io/"
+ALIAS = "preemption-toleration.scheduling.sigs.k8s.io/"
+# Toleration windows are this far from their boundary at least: kube-scheduler reads the
+# wall clock, a few seconds after the cluster is written on a loaded machine.
+WINDOW_MARGIN_S = 600
+# Shapes nodes are drawn from: (cpu, memory Gi, pods), so that several nodes tie.
+SHAPES = ((2, 4, 110), (4, 8, 110), (8, 16, 110), (4, 8, 6), (2, 8, 4))
+# Toleration policies: (minimum-preemptable-priority above the preemptor?, seconds).
+SECONDS = (-1, 0, 900, 3600, None)
+
+
+def _class_name(value: int, suffix: str = "") -> str:
+    return f"pv-{'m' if value < 0 else ''}{abs(value)}{suffix}"
+
+
+def scenario(seed: int) -> Scenario:
+    rnd = random.Random(seed)
+    profile = TOLERATION if rnd.random() < 0.3 else DEFAULT
+    s = Scenario(
+        name=f"generated-{seed}", profile=profile, now=NOW, origin=f"tests/parity/generate.py seed {seed}"
+    )
+    levels = sorted(rnd.sample(PRIORITIES, rnd.randint(2, 5)))
+    top = levels[-1] if rnd.random() < 0.6 else rnd.choice(levels[1:])
+    preemptor_priority = top + (1 if rnd.random() < 0.5 else 0)  # above every pod, or equal to the top level
+    classes: dict[int, list[str]] = {}
+    for value in sorted({*levels, preemptor_priority}):
+        s.classes.append(_pc(_class_name(value), value))
+        classes[value] = [_class_name(value)]
+    tolerating = profile == TOLERATION or rnd.random() < 0.08
+    if tolerating:
+        for i, value in enumerate(v for v in levels if v < preemptor_priority):
+            for j in range(rnd.randint(1, 2)):
+                name = _class_name(value, f"-t{i}{j}")
+                above = rnd.random() < 0.75
+                minimum = preemptor_priority + (rnd.randint(1, 1000) if above else -rnd.randint(0, 1))
+                seconds = rnd.choice(SECONDS)
+                notes = {"minimum-preemptable-priority": str(minimum)}
+                if seconds is not None:
+                    notes["toleration-seconds"] = str(seconds)
+                prefix = ALIAS if rnd.random() < 0.05 else PREFIX
+                pc = _pc(name, value)
+                pc["metadata"]["annotations"] = {prefix + k: v for k, v in notes.items()}
+                s.classes.append(pc)
+                classes[value].append(name)
+    windows = {
+        c["metadata"]["name"]: int(
+            next(
+                iter(
+                    v
+                    for k, v in c["metadata"].get("annotations", {}).items()
+                    if k.endswith("toleration-seconds")
+                ),
+                "0",
+            )
+        )
+        for c in s.classes
+    }
+
+    r = rnd.random()
+    node_count = rnd.randint(1, 6) if r < 0.55 else rnd.randint(7, 25) if r < 0.92 else rnd.randint(26, 99)
+    per_node = 6 if node_count <= 25 else 3
+    gpus = rnd.random() < 0.2
+    starts = iter(rnd.sample(range(600, 600 + 40 * 2000, 40), 2000))  # distinct, 40 s apart at least
+    pod_names = iter(f"p{i}" for i in range(100_000))
+    for n in range(node_count):
+        cpu, mem, slots = rnd.choice(SHAPES)
+        name = f"node-{n:02d}"
+        alloc: dict[str, str] = {"cpu": str(cpu), "memory": f"{mem}Gi", "pods": str(slots)}
+        if gpus and rnd.random() < 0.5:
+            alloc[GPU] = str(rnd.choice((1, 2, 4)))
+        if rnd.random() < 0.03:
+            del alloc["pods"]  # a departure: no pods figure (preemptctl assumes kubelet's 110)
+        spec: dict[str, Any] = {}
+        if rnd.random() < 0.1:
+            spec["taints"] = [
+                {
+                    "key": "dedicated",
+                    "value": "x",
+                    "effect": rnd.choice(("NoSchedule", "NoExecute", "PreferNoSchedule")),
+                }
+            ]
+        if rnd.random() < 0.05:
+            spec["unschedulable"] = True
+        zone = rnd.choice("ab")
+        s.nodes.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "zone": zone}},
+                "spec": spec,
+                "status": {"allocatable": alloc, "capacity": dict(alloc)},
+            }
+        )
+        fill = rnd.uniform(0.6, 1.1)
+        used = 0.0
+        for _ in range(rnd.randint(0, per_node)):
+            if used >= fill * cpu:
+                break
+            value = rnd.choice(levels)
+            klass = rnd.choice(classes[value])
+            cpu_req = rnd.choice((0.25, 0.5, 1, 1.5, 2))
+            used += cpu_req
+            start = REF - next(starts)
+            pod = _pod(
+                rnd,
+                next(pod_names),
+                node=name,
+                klass=klass,
+                cpu=cpu_req,
+                start=start,
+                gpu=alloc.get(GPU) is not None and rnd.random() < 0.3,
+            )
+            window = windows.get(klass, 0)
+            conditions = pod["status"]["conditions"]
+            if window > 0 and conditions:
+                # Scheduled well inside the window or well past it, never near its end.
+                at = REF - (
+                    window - WINDOW_MARGIN_S - rnd.randint(0, 60)
+                    if rnd.random() < 0.5
+                    else window + WINDOW_MARGIN_S + next(starts)
+                )
+                conditions[0]["lastTransitionTime"] = render_time(at)
+                pod["status"]["startTime"] = render_time(at)
+            s.pods.append(pod)
+            roll = rnd.random()
+            if roll < 0.03:
+                pod["status"]["phase"] = rnd.choice(("Succeeded", "Failed"))
+            elif roll < 0.09:
+                _terminate(rnd, s, pod)
+        if rnd.random() < 0.05 and len([p for p in s.pods if p["spec"].get("nodeName") == name]) >= 2:
+            # Two equally important pods on one node (same priority and start): kube-scheduler
+            # orders them as it likes; the model tries both orders.
+            here = [p for p in s.pods if p["spec"].get("nodeName") == name]
+            a, b = rnd.sample(here, 2)
+            b["spec"]["priorityClassName"] = a["spec"]["priorityClassName"]
+            b["status"] = {**b["status"], "startTime": a["status"]["startTime"]}
+    _pdbs(rnd, s)
+    _preemptor(rnd, s, preemptor_priority, levels, gpus)
+    _nominated_others(rnd, s, levels, preemptor_priority)
+    return s
+
+
+def _pc(name: str, value: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+    }
+
+
+def _pod(
+    rnd: random.Random, name: str, *, node: str | None, klass: str, cpu: float, start: float, gpu: bool
+) -> dict[str, Any]:
+    requests: dict[str, str] = {"cpu": f"{int(cpu * 1000)}m", "memory": rnd.choice(("256Mi", "512Mi", "1Gi"))}
+    qos = rnd.random()
+    resources: dict[str, Any] = {"requests": requests}
+    if qos < 0.3:
+        resources["limits"] = dict(requests)  # Guaranteed
+    elif qos < 0.45:
+        resources = {}  # BestEffort: only a pod slot (and a GPU, which QoS does not look at)
+    if gpu:
+        # Extended resources cannot be overcommitted: their limit must equal the request.
+        resources.setdefault("requests", {})[GPU] = "1"
+        resources.setdefault("limits", {})[GPU] = "1"
+    container: dict[str, Any] = {"name": "c", "image": IMAGE, "resources": resources}
+    spec: dict[str, Any] = {"priorityClassName": klass, "containers": [container]}
+    extra = rnd.random()
+    if extra < 0.08:
+        spec["initContainers"] = [
+            {"name": "init", "image": IMAGE, "resources": {"requests": {"cpu": f"{int(cpu * 1500)}m"}}}
+        ]
+    elif extra < 0.13:
+        spec["initContainers"] = [
+            {
+                "name": "sidecar",
+                "image": IMAGE,
+                "restartPolicy": "Always",
+                "resources": {"requests": {"cpu": "100m"}},
+            }
+        ]
+    labels: dict[str, str] = {}
+    if rnd.random() < 0.8:
+        labels["app"] = rnd.choice(APPS)
+        if rnd.random() < 0.3:
+            labels["tier"] = rnd.choice(("front", "back"))
+    namespace = NAMESPACES[1] if rnd.random() < 0.2 else NAMESPACES[0]
+    status: dict[str, Any] = {"phase": "Pending", "conditions": []}
+    if node is not None:
+        spec["nodeName"] = node
+        status = {"phase": "Running", "startTime": render_time(start), "conditions": []}
+        if rnd.random() < 0.9:
+            status["conditions"].append(
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": render_time(start)}
+            )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": spec,
+        "status": status,
+    }
+
+
+def _terminate(rnd: random.Random, s: Scenario, pod: dict[str, Any]) -> None:
+    reason = rnd.choice(("PreemptionByScheduler", "PreemptionByScheduler", "EvictionByEvictionAPI", None))
+    if reason is not None:
+        pod["status"]["conditions"].append(
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": reason,
+                "lastTransitionTime": render_time(REF - 5),
+            }
+        )
+    s.terminating.add(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+
+
+def _pdbs(rnd: random.Random, s: Scenario) -> None:
+    bound = [p for p in s.pods if p["spec"].get("nodeName")]
+    for i in range(rnd.choice((0, 0, 1, 1, 2, 3))):
+        namespace = NAMESPACES[1] if rnd.random() < 0.2 else NAMESPACES[0]
+        app = rnd.choice(APPS)
+        kind = rnd.random()
+        if kind < 0.55:
+            selector: dict[str, Any] = {"matchLabels": {"app": app}}
+        elif kind < 0.7:
+            selector = {
+                "matchExpressions": [{"key": "app", "operator": "In", "values": sorted(rnd.sample(APPS, 2))}]
+            }
+        elif kind < 0.8:
+            selector = {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": [app]}]}
+        elif kind < 0.87:
+            selector = {"matchExpressions": [{"key": "tier", "operator": "Exists"}]}
+        elif kind < 0.95:
+            selector = {"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}
+        else:
+            selector = {}  # matches nothing in preemption
+        status: dict[str, Any] = {"disruptionsAllowed": rnd.choice((0, 0, 1, 2))}
+        mates = [p for p in bound if p["metadata"]["namespace"] == namespace]
+        if mates and rnd.random() < 0.2:
+            status["disruptedPods"] = {rnd.choice(mates)["metadata"]["name"]: render_time(REF - 30)}
+        s.pdbs.append(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": f"pdb-{i}", "namespace": namespace},
+                "spec": {"selector": selector, "maxUnavailable": 1},
+                "status": status,
+            }
+        )
+
+
+def _preemptor(rnd: random.Random, s: Scenario, priority: int, levels: list[int], gpus: bool) -> None:
+    # Mostly more than any node has free but no more than some node holds, so that most
+    # clusters need a preemption somewhere; now and then anything.
+    free = max(_free_cpu(s, n) for n in s.nodes)
+    biggest = max(int(n["status"]["capacity"]["cpu"]) for n in s.nodes)
+    if rnd.random() < 0.85 and free + 0.1 <= biggest:
+        request = round(rnd.uniform(free + 0.1, biggest), 1)
+    else:
+        request = rnd.choice((0.5, 1, 2, 4, 6))
+    klass = _class_name(priority)
+    never = rnd.random() < 0.03
+    if never:
+        s.classes.append({**_pc(klass + "-never", priority), "preemptionPolicy": "Never"})
+        klass += "-never"
+    pod = _pod(
+        rnd,
+        "preemptor",
+        node=None,
+        klass=klass,
+        cpu=max(request, 0.1),
+        start=REF,
+        gpu=gpus and rnd.random() < 0.3,
+    )
+    pod["metadata"]["namespace"] = NAMESPACES[0]
+    spec = pod["spec"]
+    spec.pop("initContainers", None)
+    for container in spec["containers"]:  # never BestEffort: a preemptor asks for room
+        requests = container.setdefault("resources", {}).setdefault("requests", {})
+        requests.setdefault("cpu", f"{int(max(request, 0.1) * 1000)}m")
+    if rnd.random() < 0.15:
+        spec["nodeSelector"] = {"zone": rnd.choice("ab")}
+    if rnd.random() < 0.15:
+        spec["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+    if rnd.random() < 0.05:
+        spec["tolerations"] = [
+            *spec.get("tolerations", []),
+            {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+        ]
+    if rnd.random() < 0.2:
+        # Nominated by an earlier round: victims may still be terminating there, and the node
+        # may have shrunk below the request since.
+        node = rnd.choice(s.nodes)
+        name = node["metadata"]["name"]
+        pod["status"]["nominatedNodeName"] = name
+        here = [p for p in s.pods if p["spec"].get("nodeName") == name and p["status"]["phase"] == "Running"]
+        lower = [p for p in here if _value(s, p) < priority]
+        if lower and rnd.random() < 0.75:
+            _terminate(rnd, s, rnd.choice(lower))
+        if rnd.random() < 0.2:
+            node["status"]["allocatable"]["cpu"] = f"{max(int(request * 1000) // 2, 1)}m"
+    s.preemptor = pod
+
+
+def _free_cpu(s: Scenario, node: dict[str, Any]) -> float:
+    """CPU left on a node by its running pods (containers only: a rough figure for sizing)."""
+    name = node["metadata"]["name"]
+    used = 0.0
+    for p in s.pods:
+        if p["spec"].get("nodeName") == name and p["status"].get("phase") == "Running":
+            for c in p["spec"]["containers"]:
+                cpu = ((c.get("resources") or {}).get("requests") or {}).get("cpu", "0m")
+                used += int(cpu.rstrip("m")) / 1000
+    return int(node["status"]["capacity"]["cpu"]) - used
+
+
+def _value(s: Scenario, pod: dict[str, Any]) -> int:
+    klass = pod["spec"]["priorityClassName"]
+    return int(next(c["value"] for c in s.classes if c["metadata"]["name"] == klass))
+
+
+def _nominated_others(rnd: random.Random, s: Scenario, levels: list[int], priority: int) -> None:
+    if rnd.random() > 0.2:
+        return
+    for _ in range(rnd.randint(1, 2)):
+        value = rnd.choice([*levels, priority])
+        pod = _pod(
+            rnd,
+            f"nominee-{rnd.randint(0, 999)}",
+            node=None,
+            klass=_class_name(value),
+            cpu=rnd.choice((0.5, 1, 2)),
+            start=REF,
+            gpu=False,
+        )
+        pod["status"]["nominatedNodeName"] = rnd.choice(s.nodes)["metadata"]["name"]
+        if rnd.random() < 0.15:
+            pod["spec"]["schedulerName"] = "other-scheduler"  # counted by preemptctl only (a departure)
+        if all(p["metadata"]["name"] != pod["metadata"]["name"] for p in s.pods):
+            s.pods.append(pod)

@@ -1,0 +1,593 @@
+"""kube-scheduler's preemption, transcribed, with a switch for each of preemptctl's departures.
+
+The differential tests (tests/parity) put the same API objects before the real
+kube-scheduler v1.34.2 and before preemptctl. When the two answers differ, this
+model says whether the difference is a documented departure: with every switch
+in DEPARTURES off it must give the real scheduler's answer (it transcribes
+DefaultPreemption, and scheduler-plugins v0.34.7's PreemptionToleration in its
+place); with every switch on it must give preemptctl's; and the switches whose
+flip turns one into the other are the departures that explain the difference.
+A difference the switches cannot explain fails the test: an undocumented
+departure (or a model that is wrong, which the same checks catch on every
+cluster, agreeing ones included).
+
+It reads the raw objects as the API server returned them (defaulted and
+admitted: spec.priority filled in, status.qosClass set), never preemptctl's
+engine: only quantities are parsed with engine.quantity. Where kube-scheduler
+breaks a tie at random (candidate nodes equal on every criterion, victims equal
+in priority and start time whose order `sort.Slice` leaves to the input), the
+answer is the set of every outcome it may pick; with every switch on, ties are
+broken as preemptctl breaks them (node name; QoS class, then uid), so that
+answer is a single one.
+
+The upstream sources, by function:
+k8s.io/kubernetes@v1.34.2 pkg/scheduler/framework/plugins/defaultpreemption/
+default_preemption.go (SelectVictimsOnNode, PodEligibleToPreemptOthers,
+filterPodsWithPDBViolation), pkg/scheduler/framework/preemption/preemption.go
+(DryRunPreemption, pickOneNodeForPreemption), pkg/scheduler/util/utils.go
+(MoreImportantPod, GetEarliestPodStartTime), plugins/noderesources/fit.go
+(fitsRequest), tainttoleration, nodeaffinity, nodeunschedulable; and
+sigs.k8s.io/scheduler-plugins@v0.34.7 pkg/preemptiontoleration
+(ExemptedFromPreemption, parsePreemptionTolerationPolicy, its own
+PodEligibleToPreemptOthers).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from engine import quantity
+
+# preemptctl's departures from the upstream rules, each documented in docs/semantics.md
+# (section "Departures from kube-scheduler", under this id) with its reason and shown by
+# tests/conformance/cases/departures/<id>.yaml.
+DEPARTURES: dict[str, str] = {
+    "pdb-violations-on-final-victims": "a node's PDB violations are counted on its final victims, "
+    "not on the pods flagged before the reprieve",
+    "qos-class-in-importance": "importance orders equal priorities by QoS class before start time",
+    "pods-allocatable-default": "a node without a pods figure in allocatable holds kubelet's default 110 "
+    "(and one without allocatable at all its capacity)",
+    "toleration-in-every-profile": "PriorityClass toleration annotations protect pods from every "
+    "preemptor, not only under the PreemptionToleration plugin",
+    "toleration-annotation-alias": "the preemption-toleration.scheduling.sigs.k8s.io/ prefix is read too",
+    "toleration-boundary-inclusive": "a pod scheduled exactly toleration-seconds ago is still protected",
+    "toleration-waits-only-for-preemptions": "under PreemptionToleration, only a preemption's victims "
+    "hold a nominated preemptor (DefaultPreemption's rule), not any terminating pod",
+    "nominations-of-every-scheduler": "pods nominated by any scheduler count on their node, "
+    "not only those of the deciding scheduler's profiles",
+}
+ALL = frozenset(DEPARTURES)
+UPSTREAM: frozenset[str] = frozenset()
+
+PREEMPT, FITS, WAIT, UNSCHEDULABLE = "preempt", "fits", "wait", "unschedulable"
+DEFAULT, TOLERATION = "default", "toleration"
+TOLERATION_PREFIX = "preemption-toleration.scheduling.x-k8s.io/"
+TOLERATION_ALIAS = "preemption-toleration.scheduling.sigs.k8s.io/"
+PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
+SHIFT = 2**31
+# A tie within one node (victims equal in priority and start time) is resolved by trying
+# every order of the tied pods; past this many orders the cluster is too tied to judge.
+MAX_ORDERS = 5040
+_INT = re.compile(r"^[+-]?[0-9]+$")
+
+
+class TooTied(Exception):
+    """More orders of equally important victims than the model tries: the generator avoids these."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    outcome: str
+    # preempt: every (node, victims) the scheduler may choose; fits: unused (any node).
+    options: frozenset[tuple[str, frozenset[str]]] = frozenset()
+
+    def admits(self, outcome: str, node: str | None, victims: Iterable[str]) -> bool:
+        if outcome != self.outcome:
+            return False
+        if outcome != PREEMPT:
+            return True
+        return (node or "", frozenset(victims)) in self.options
+
+    def describe(self) -> str:
+        if self.outcome != PREEMPT:
+            return self.outcome
+        shown = sorted((n, sorted(v)) for n, v in self.options)
+        return f"preempt on one of {shown}"
+
+
+# ---- reading the objects --------------------------------------------------------------
+
+
+def _time(text: str | None) -> float | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _resources(raw: Mapping[str, Any] | None) -> dict[str, int]:
+    return {str(k): quantity.amount(str(k), v) for k, v in (raw or {}).items()}
+
+
+def _add(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for k, v in other.items():
+        into[k] = into.get(k, 0) + v
+
+
+def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for k, v in other.items():
+        into[k] = max(into.get(k, 0), v)
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """k8s.io/component-helpers resource.PodRequests (no pod-level resources)."""
+    spec = pod["spec"]
+    reqs: dict[str, int] = {}
+    for c in spec.get("containers") or []:
+        _add(reqs, _resources((c.get("resources") or {}).get("requests")))
+    restartable: dict[str, int] = {}
+    init: dict[str, int] = {}
+    for c in spec.get("initContainers") or []:
+        r = _resources((c.get("resources") or {}).get("requests"))
+        if c.get("restartPolicy") == "Always":
+            _add(reqs, r)
+            _add(restartable, r)
+            step = dict(restartable)
+        else:
+            step = dict(r)
+            _add(step, restartable)
+        _max(init, step)
+    _max(reqs, init)
+    _add(reqs, _resources(spec.get("overhead")))
+    return reqs
+
+
+@dataclass
+class Pod:
+    raw: dict[str, Any]
+    key: str
+    name: str
+    namespace: str
+    priority: int
+    requests: dict[str, int]
+    start: float | None
+    qos: int
+    labels: dict[str, str]
+    node: str
+    nominated: str
+    deleting: bool
+    scheduler: str
+    klass: str
+    uid: str
+
+    @staticmethod
+    def of(raw: dict[str, Any]) -> Pod:
+        meta, spec, status = raw["metadata"], raw["spec"], raw.get("status") or {}
+        qos = {"Guaranteed": 2, "Burstable": 1, "BestEffort": 0}[status.get("qosClass") or "BestEffort"]
+        return Pod(
+            raw=raw,
+            key=f"{meta['namespace']}/{meta['name']}",
+            name=meta["name"],
+            namespace=meta["namespace"],
+            priority=int(spec.get("priority") or 0),
+            requests=pod_requests(raw),
+            start=_time(status.get("startTime")),
+            qos=qos,
+            labels=dict(meta.get("labels") or {}),
+            node=spec.get("nodeName") or "",
+            nominated=status.get("nominatedNodeName") or "",
+            deleting=bool(meta.get("deletionTimestamp")),
+            scheduler=spec.get("schedulerName") or "default-scheduler",
+            klass=spec.get("priorityClassName") or "",
+            uid=meta["uid"],
+        )
+
+    def condition(self, kind: str) -> dict[str, Any] | None:
+        for c in (self.raw.get("status") or {}).get("conditions") or []:
+            if c.get("type") == kind:
+                return dict(c)
+        return None
+
+
+@dataclass
+class Node:
+    raw: dict[str, Any]
+    name: str
+    allocatable: dict[str, int]
+    labels: dict[str, str]
+    taints: list[dict[str, Any]]
+    unschedulable: bool
+    pods: list[Pod] = field(default_factory=list)
+
+
+@dataclass
+class World:
+    nodes: dict[str, Node]
+    pods: list[Pod]
+    classes: dict[str, dict[str, Any]]
+    pdbs: list[dict[str, Any]]
+    # Scheduler names of the deciding kube-scheduler's profiles: the pods it tracks.
+    schedulers: frozenset[str]
+
+    @staticmethod
+    def of(objects: Sequence[dict[str, Any]], schedulers: Iterable[str], departures: frozenset[str]) -> World:
+        nodes: dict[str, Node] = {}
+        pods: list[Pod] = []
+        classes: dict[str, dict[str, Any]] = {}
+        pdbs: list[dict[str, Any]] = []
+        for obj in objects:
+            kind = obj["kind"]
+            if kind == "Node":
+                status = obj.get("status") or {}
+                alloc_raw = status.get("allocatable")
+                if alloc_raw is None and "pods-allocatable-default" in departures:
+                    alloc_raw = status.get("capacity")
+                alloc = _resources(alloc_raw)
+                if "pods" not in alloc and "pods-allocatable-default" in departures:
+                    alloc["pods"] = 110
+                spec = obj.get("spec") or {}
+                nodes[obj["metadata"]["name"]] = Node(
+                    obj,
+                    obj["metadata"]["name"],
+                    alloc,
+                    dict(obj["metadata"].get("labels") or {}),
+                    list(spec.get("taints") or []),
+                    bool(spec.get("unschedulable")),
+                )
+            elif kind == "Pod":
+                if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    continue  # the scheduler's informer never lists terminal pods
+                pods.append(Pod.of(obj))
+            elif kind == "PriorityClass":
+                classes[obj["metadata"]["name"]] = obj
+            elif kind == "PodDisruptionBudget":
+                pdbs.append(obj)
+        for pod in pods:
+            if pod.node in nodes:
+                nodes[pod.node].pods.append(pod)
+        return World(nodes, pods, classes, pdbs, frozenset(schedulers))
+
+
+# ---- filters ---------------------------------------------------------------------------
+
+
+def _tolerates_taint(pod: Pod, taint: Mapping[str, Any]) -> bool:
+    for t in pod.raw["spec"].get("tolerations") or []:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        if t.get("key") and t.get("key") != taint.get("key"):
+            continue
+        if (t.get("operator") or "Equal") == "Exists" or (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def _match_expression(labels: Mapping[str, str], expr: Mapping[str, Any], value: str | None) -> bool:
+    op, values = expr.get("operator"), list(expr.get("values") or [])
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and _INT.match(value) and values and _INT.match(values[0]):
+        return int(value) > int(values[0]) if op == "Gt" else int(value) < int(values[0])
+    return False
+
+
+def _node_matches(pod: Pod, node: Node) -> bool:
+    spec = pod.raw["spec"]
+    for k, v in (spec.get("nodeSelector") or {}).items():
+        if node.labels.get(k) != v:
+            return False
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms")
+    if terms is None:
+        return True
+    for term in terms:
+        exprs = list(term.get("matchExpressions") or [])
+        fields = list(term.get("matchFields") or [])
+        if not exprs and not fields:
+            continue
+        if all(_match_expression(node.labels, e, node.labels.get(e["key"])) for e in exprs) and all(
+            _match_expression({}, f, node.name if f.get("key") == "metadata.name" else None) for f in fields
+        ):
+            return True
+    return False
+
+
+def unresolvable(pod: Pod, node: Node) -> bool:
+    """UnschedulableAndUnresolvable from NodeUnschedulable, TaintToleration, NodeAffinity, or
+    NodeResourcesFit when a request exceeds the node's allocatable (the pod count never)."""
+    if node.unschedulable and not _tolerates_taint(
+        pod, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    ):
+        return True
+    for taint in node.taints:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates_taint(pod, taint):
+            return True
+    if not _node_matches(pod, node):
+        return True
+    return any(r != "pods" and v > 0 and v > node.allocatable.get(r, 0) for r, v in pod.requests.items())
+
+
+def _fits(pod: Pod, node: Node, present: Sequence[Pod]) -> bool:
+    """fitsRequest with `present` on the node (nominated pods already added)."""
+    if len(present) + 1 > node.allocatable.get("pods", 0):
+        return False
+    used: dict[str, int] = {}
+    for p in present:
+        _add(used, p.requests)
+    for r, v in pod.requests.items():
+        if r == "pods" or v == 0:
+            continue
+        if v > node.allocatable.get(r, 0) - used.get(r, 0):
+            return False
+    return True
+
+
+def _nominated(world: World, node: str, pod: Pod, departures: frozenset[str]) -> list[Pod]:
+    """RunFilterPluginsWithNominatedPods: pods nominated here, at least as important, not this one."""
+    out = []
+    for p in world.pods:
+        if p.node or p.nominated != node or p.uid == pod.uid or p.priority < pod.priority:
+            continue
+        if p.scheduler not in world.schedulers and "nominations-of-every-scheduler" not in departures:
+            continue  # the scheduler's nominator holds only the pods of its profiles
+        out.append(p)
+    return out
+
+
+# ---- preemption toleration --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Policy:
+    minimum: int
+    seconds: int
+
+
+def _policy(pc: Mapping[str, Any], departures: frozenset[str]) -> Policy | None:
+    """parsePreemptionTolerationPolicy; None when it does not parse (then nothing is exempt)."""
+    annotations = (pc.get("metadata") or {}).get("annotations") or {}
+
+    def read(name: str) -> str | None:
+        if TOLERATION_PREFIX + name in annotations:
+            return str(annotations[TOLERATION_PREFIX + name])
+        if "toleration-annotation-alias" in departures and TOLERATION_ALIAS + name in annotations:
+            return str(annotations[TOLERATION_ALIAS + name])
+        return None
+
+    minimum, seconds = read("minimum-preemptable-priority"), read("toleration-seconds")
+    if "toleration-in-every-profile" in departures and minimum is None and seconds is None:
+        return None  # preemptctl: a class without annotations has no policy at all
+    value = int(pc.get("value") or 0)
+    if "toleration-annotation-alias" in departures:  # preemptctl's int() of the stripped text
+        minimum = None if minimum is None else minimum.strip()
+        seconds = None if seconds is None else seconds.strip()
+    if minimum is not None and (not _INT.match(minimum) or not -(2**31) <= int(minimum) < 2**31):
+        return None
+    if seconds is not None and not _INT.match(seconds):
+        return None
+    return Policy(value + 1 if minimum is None else int(minimum), 0 if seconds is None else int(seconds))
+
+
+def exempt(world: World, victim: Pod, preemptor: Pod, now: float, departures: frozenset[str]) -> bool:
+    """ExemptedFromPreemption."""
+    if not victim.klass:
+        return False
+    pc = world.classes.get(victim.klass)
+    if pc is None:
+        return False
+    policy = _policy(pc, departures)
+    if policy is None or preemptor.priority >= policy.minimum:
+        return False
+    if policy.seconds < 0:
+        return True
+    scheduled = victim.condition("PodScheduled")
+    if scheduled is None or scheduled.get("status") != "True":
+        return True
+    at = _time(scheduled.get("lastTransitionTime"))
+    if at is None:
+        return True
+    if policy.seconds == 0:
+        # preemptctl: 0 seconds protect nothing once scheduled; upstream: a scheduled time
+        # still in the future (a skewed clock) protects.
+        return "toleration-boundary-inclusive" not in departures and at > now
+    if "toleration-boundary-inclusive" in departures:
+        return now - at <= policy.seconds
+    return at + policy.seconds > now
+
+
+# ---- victims on one node ----------------------------------------------------------------
+
+
+def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """metav1.LabelSelectorAsSelector(...).Matches, with Empty() (and nil) matching nothing."""
+    if selector is None:
+        return False
+    match_labels = selector.get("matchLabels") or {}
+    exprs = selector.get("matchExpressions") or []
+    if not match_labels and not exprs:
+        return False
+    if any(labels.get(k) != v for k, v in match_labels.items()):
+        return False
+    return all(_match_expression(labels, e, labels.get(e["key"])) for e in exprs)
+
+
+def _pdb_flags(world: World, pods: Sequence[Pod]) -> list[bool]:
+    """filterPodsWithPDBViolation over `pods` in order: which exceed a budget."""
+    allowed = [int((pdb.get("status") or {}).get("disruptionsAllowed") or 0) for pdb in world.pdbs]
+    out = []
+    for pod in pods:
+        violated = False
+        if pod.labels:
+            for i, pdb in enumerate(world.pdbs):
+                if pdb["metadata"]["namespace"] != pod.namespace:
+                    continue
+                if not _selector_matches((pdb.get("spec") or {}).get("selector"), pod.labels):
+                    continue
+                if pod.name in ((pdb.get("status") or {}).get("disruptedPods") or {}):
+                    continue
+                allowed[i] -= 1
+                if allowed[i] < 0:
+                    violated = True
+        out.append(violated)
+    return out
+
+
+def _start(pod: Pod, now: float) -> float:
+    # GetPodStartTime: a pod that has not started counts as starting now (later than any start).
+    return now if pod.start is None else pod.start
+
+
+def _importance(pod: Pod, now: float, departures: frozenset[str]) -> tuple[Any, ...]:
+    if "qos-class-in-importance" in departures:
+        return (-pod.priority, -pod.qos, _start(pod, now), pod.uid)
+    return (-pod.priority, _start(pod, now))
+
+
+def _orders(pods: list[Pod], now: float, departures: frozenset[str]) -> list[list[Pod]]:
+    """MoreImportantPod order; every order of pods it finds equal (sort.Slice is not stable)."""
+    ordered = sorted(pods, key=lambda p: _importance(p, now, departures))
+    groups = [list(g) for _, g in itertools.groupby(ordered, key=lambda p: _importance(p, now, departures))]
+    count = 1
+    for g in groups:
+        for k in range(2, len(g) + 1):
+            count *= k
+    if count > MAX_ORDERS:
+        raise TooTied(f"{count} orders of equally important pods")
+    return [
+        [p for perm in choice for p in perm]
+        for choice in itertools.product(*(itertools.permutations(g) for g in groups))
+    ]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    node: str
+    victims: tuple[Pod, ...]  # the candidate's Pods list, most important first
+    violations: int
+
+    def key(self, now: float) -> tuple[int, ...]:
+        prios = [v.priority for v in self.victims]
+        highest = prios[0]  # upstream reads the first victim
+        earliest = min(_start(v, now) for v in self.victims if v.priority == highest)
+        return (self.violations, highest, sum(p + SHIFT for p in prios), len(prios), -int(earliest * 1e6))
+
+
+def select_victims(
+    world: World, node: Node, pod: Pod, *, profile: str, now: float, departures: frozenset[str]
+) -> list[Candidate]:
+    """SelectVictimsOnNode, once per order of equally important pods: the node's possible candidates."""
+    nominated = _nominated(world, node.name, pod, departures)
+    potential = []
+    for p in node.pods:
+        if p.priority >= pod.priority:
+            continue
+        toleration = profile == TOLERATION or "toleration-in-every-profile" in departures
+        if toleration and exempt(world, p, pod, now, departures):
+            continue
+        potential.append(p)
+    if not potential:
+        return []
+    kept = [p for p in node.pods if p not in potential]
+    if not _fits(pod, node, kept + nominated):
+        return []
+    out = []
+    for order in _orders(potential, now, departures):
+        flags = _pdb_flags(world, order)
+        violating = [p for p, v in zip(order, flags, strict=True) if v]
+        non_violating = [p for p, v in zip(order, flags, strict=True) if not v]
+        present = list(kept)
+        victims: list[Pod] = []
+        violations = 0
+        for group, counts in ((violating, True), (non_violating, False)):
+            for p in group:
+                present.append(p)
+                if not _fits(pod, node, present + nominated):
+                    present.remove(p)
+                    victims.append(p)
+                    violations += counts
+        if not victims:
+            continue  # upstream: an error status for the node, not a candidate
+        if violating and non_violating:
+            victims.sort(key=lambda p: _importance(p, now, departures))
+        if "pdb-violations-on-final-victims" in departures:
+            ordered = sorted(victims, key=lambda p: _importance(p, now, departures))
+            violations = _final_violations(world, ordered)
+        out.append(Candidate(node.name, tuple(victims), violations))
+    return out
+
+
+def _final_violations(world: World, victims: Sequence[Pod]) -> int:
+    """preemptctl: each budget spent by the final victims it matches, most important first."""
+    return sum(_pdb_flags(world, victims))
+
+
+# ---- the decision -----------------------------------------------------------------------
+
+
+def _waits(world: World, pod: Pod, *, profile: str, departures: frozenset[str]) -> bool:
+    """Not PodEligibleToPreemptOthers because of a terminating pod on the nominated node."""
+    node = world.nodes.get(pod.nominated) if pod.nominated else None
+    if node is None or unresolvable(pod, node):
+        return False
+    plugin_rule = profile == TOLERATION and "toleration-waits-only-for-preemptions" not in departures
+    for p in node.pods:
+        if p.priority >= pod.priority or not p.deleting:
+            continue
+        if plugin_rule:
+            return True
+        target = p.condition("DisruptionTarget")
+        if (
+            target is not None
+            and target.get("status") == "True"
+            and target.get("reason") == PREEMPTION_BY_SCHEDULER
+        ):
+            return True
+    return False
+
+
+def decide(
+    objects: Sequence[dict[str, Any]],
+    preemptor: dict[str, Any],
+    *,
+    profile: str,
+    schedulers: Iterable[str],
+    now: float,
+    departures: frozenset[str],
+) -> Answer:
+    """What the scheduler does with `preemptor` (a pending pod among `objects`) at `now`."""
+    world = World.of(objects, schedulers, departures)
+    pod = next(p for p in world.pods if p.uid == preemptor["metadata"]["uid"])
+    for node in world.nodes.values():
+        if not unresolvable(pod, node) and _fits(
+            pod, node, node.pods + _nominated(world, node.name, pod, departures)
+        ):
+            return Answer(FITS)
+    if (pod.raw["spec"].get("preemptionPolicy") or "PreemptLowerPriority") == "Never":
+        return Answer(UNSCHEDULABLE)
+    if _waits(world, pod, profile=profile, departures=departures):
+        return Answer(WAIT)
+    candidates = []
+    for name in sorted(world.nodes):
+        node = world.nodes[name]
+        if unresolvable(pod, node):
+            continue
+        candidates.extend(select_victims(world, node, pod, profile=profile, now=now, departures=departures))
+    if not candidates:
+        return Answer(UNSCHEDULABLE)
+    best = min(c.key(now) for c in candidates)
+    tied = [c for c in candidates if c.key(now) == best]
+    if departures == ALL:
+        tied = [min(tied, key=lambda c: c.node)]  # preemptctl: the node name breaks the last tie
+    return Answer(PREEMPT, frozenset((c.node, frozenset(v.key for v in c.victims)) for c in tied))
