@@ -4,6 +4,13 @@ A quantity (`500m`, `1Gi`, `1e3`, `0.5`) becomes a `Fraction`, so no binary
 floating point ever touches capacity maths. Resources are then stored as
 integers: cpu in millicores, everything else in whole units, both rounded up
 the way Kubernetes' `MilliValue()` and `Value()` round.
+
+Parsing is bounded in time: exact arithmetic on `1e20000000` took minutes (and
+`1e999999999` hours). Kubernetes' own limits are the reference: no quantity is
+larger than 2^63-1 in magnitude (resource.Quantity caps there), and none is
+written with more digits than an int64 and nano precision need. Beyond
+MAX_CHARS, MAX_EXPONENT or MAX_MAGNITUDE a quantity is invalid, checked before
+any big-number arithmetic.
 """
 
 from __future__ import annotations
@@ -26,6 +33,14 @@ _DECIMAL = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
+# The longest quantity text: an int64's 19 digits, a point and 9 decimals (nano), a sign, an
+# exponent, with room to spare. Longer text is garbage, and Fraction() of it is not O(1).
+MAX_CHARS = 64
+# The largest decimal exponent (`e` form) in magnitude: an int64 is below 1e19 and nothing is
+# finer than 1e-9, so with MAX_CHARS digits any exponent beyond this is out of range.
+MAX_EXPONENT = 100
+# Kubernetes' largest quantity (resource.Quantity caps at an int64).
+MAX_MAGNITUDE = 2**63 - 1
 # <sign><digits>[.<digits>] then one of: a binary suffix, a decimal exponent (e3/E-2), a decimal suffix.
 _QUANTITY = re.compile(
     r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+))(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|[eE](?P<exp>[+-]?\d+)|(?P<dec>[numkMGTPE]?))$"
@@ -37,21 +52,32 @@ def parse(value: object) -> Fraction:
     if isinstance(value, bool):
         raise InvalidQuantity(f"quantity must be a string or number, got {value!r}")
     if isinstance(value, int):
+        if abs(value) > MAX_MAGNITUDE:
+            raise InvalidQuantity(f"quantity {value} is larger than 2^63-1, Kubernetes' largest")
         return Fraction(value)
     if isinstance(value, float):
         # YAML turns `0.5` into a float; its decimal text is what the user wrote.
         return parse(repr(value))
     if not isinstance(value, str):
-        raise InvalidQuantity(f"quantity must be a string or number, got {value!r}")
+        raise InvalidQuantity(f"quantity must be a string or number, got {type(value).__name__}")
+    if len(value) > MAX_CHARS:
+        raise InvalidQuantity(f"quantity longer than {MAX_CHARS} characters")
     m = _QUANTITY.match(value.strip())
     if m is None:
         raise InvalidQuantity(f"invalid quantity {value!r}")
     number = Fraction(m.group("num"))
     if m.group("bin"):
-        return number * _BINARY[m.group("bin")]
-    if m.group("exp") is not None:
-        return number * Fraction(10) ** int(m.group("exp"))
-    return number * _DECIMAL[m.group("dec") or ""]
+        result = number * _BINARY[m.group("bin")]
+    elif m.group("exp") is not None:
+        exponent = int(m.group("exp"))  # at most MAX_CHARS digits: cheap
+        if abs(exponent) > MAX_EXPONENT and number:
+            raise InvalidQuantity(f"quantity {value!r} has an exponent beyond ±{MAX_EXPONENT}")
+        result = number * Fraction(10) ** exponent if number else Fraction(0)
+    else:
+        result = number * _DECIMAL[m.group("dec") or ""]
+    if abs(result) > MAX_MAGNITUDE:
+        raise InvalidQuantity(f"quantity {value!r} is larger than 2^63-1, Kubernetes' largest")
+    return result
 
 
 def _ceil(q: Fraction) -> int:

@@ -117,9 +117,70 @@ class EvictionRecord(TypedDict):
 # Dead letters carry the rejected bytes unchanged as the value; these headers say why and whence.
 DEAD_LETTER_HEADERS = ("origin-topic", "origin-partition", "origin-offset", "error-class", "error")
 
+# ---- bounds on input (docs/topics.md, "Bounds on input") -------------------------------------
+# Every stage that reads cluster events (the worker, `replay`, the simulator) checks these
+# here, in time bounded by the record's size, and rejects what is beyond them with the reason:
+# a record (DecodeError) or one event (BadEvent, streams.pipeline.controller).
+
+# Events in one cluster-events record. The source never writes more (its queue holds
+# QUEUE_MAX_EVENTS = this many); a record of 100,000 tiny bad events held its partition for
+# ~10 s and wrote 100,000 dead letters: such a record is dead-lettered whole instead.
+MAX_EVENTS_PER_RECORD = 10_000
+# A cluster name, in UTF-8 bytes: a Kubernetes DNS subdomain's length. It is the record key,
+# the decision ids' first segment and a store key segment.
+MAX_CLUSTER_NAME_BYTES = 253
+# An object's identity strings (metadata name, namespace, uid): Kubernetes' longest name (a DNS
+# subdomain, 253). They go into store keys, decision ids and every log line about the object.
+MAX_NAME_BYTES = 253
+# An object's `kind` (a CamelCase Go type name: Kubernetes' longest is well under this).
+MAX_KIND_CHARS = 63
+# An event's `ts` (RFC 3339 with nanoseconds and an offset is 35 characters).
+MAX_TS_CHARS = 64
+# Nesting of an event's object, in levels: the most orjson encodes (it refuses deeper values),
+# so an object the controller takes can always be written to the store and to a snapshot.
+# A deeper object was folded once and then failed every store write (issue 19). Parsing
+# itself stops at 1024 levels (a record nested deeper does not decode).
+MAX_OBJECT_DEPTH = 254
+
 
 class DecodeError(ValueError):
     """Bytes that are not a valid record of the expected shape."""
+
+
+class ObjectTooDeep(ValueError):
+    """An object nested deeper than MAX_OBJECT_DEPTH levels: no store could write it."""
+
+
+def cluster_problem(name: object) -> str | None:
+    """Why `name` cannot be a cluster name, or None: one rule for every stage (docs/topics.md).
+
+    Non-empty (an empty key gave different decision ids in the worker and `replay`), at most
+    MAX_CLUSTER_NAME_BYTES of UTF-8, no control characters (it is a log, header and key
+    segment). Any other character is allowed: store keys escape `/` and `%` (store.py).
+    """
+    if not isinstance(name, str):
+        return f"cluster name must be a string, got {type(name).__name__}"
+    if not name:
+        return "empty cluster name"
+    if len(name) > MAX_CLUSTER_NAME_BYTES:
+        return f"cluster name longer than {MAX_CLUSTER_NAME_BYTES} bytes"
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:
+        return "cluster name is not valid UTF-8"
+    if size > MAX_CLUSTER_NAME_BYTES:
+        return f"cluster name longer than {MAX_CLUSTER_NAME_BYTES} bytes"
+    if not name.isprintable():
+        return f"cluster name {name[:40]!r} has control characters"
+    return None
+
+
+def encode_object(obj: Any) -> bytes:
+    """An object's stored bytes; ObjectTooDeep when it cannot be encoded (nested too deep)."""
+    try:
+        return orjson.dumps(obj)
+    except orjson.JSONEncodeError as exc:
+        raise ObjectTooDeep(f"object nested deeper than {MAX_OBJECT_DEPTH} levels ({exc})") from exc
 
 
 def encode(value: Any) -> bytes:
@@ -132,6 +193,8 @@ def decode_envelope(data: bytes) -> ClusterEventBatch:
     The events themselves are not checked: a consumer that folds events one by one
     rejects each bad one on its own (`event_problem`), not the whole record.
     """
+    if not data:
+        raise DecodeError("the record has no value (a tombstone)")
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -139,10 +202,23 @@ def decode_envelope(data: bytes) -> ClusterEventBatch:
     if not isinstance(value, dict):
         raise DecodeError("record is not a JSON object")
     if value.get("v") != VERSION:
-        raise DecodeError(f"unsupported envelope version {value.get('v')!r}")
+        raise DecodeError(f"unsupported envelope version {_short(value.get('v'))}")
     if not isinstance(value.get("cluster"), str) or not isinstance(value.get("events"), list):
         raise DecodeError("record needs cluster (string) and events (list)")
+    problem = cluster_problem(value["cluster"])
+    if problem:
+        raise DecodeError(problem)
+    if len(value["events"]) > MAX_EVENTS_PER_RECORD:
+        raise DecodeError(f"{len(value['events'])} events, more than {MAX_EVENTS_PER_RECORD} in one record")
     return value  # type: ignore[return-value]
+
+
+def _short(value: Any, chars: int = 80) -> str:
+    """repr(value) cut to `chars`: an error names the value without copying a huge one."""
+    if isinstance(value, (dict, list)):
+        return type(value).__name__
+    text = repr(value)
+    return text if len(text) <= chars else text[:chars] + "..."
 
 
 def key_problem(key: bytes | None, batch: ClusterEventBatch) -> str | None:
@@ -153,7 +229,7 @@ def key_problem(key: bytes | None, batch: ClusterEventBatch) -> str | None:
     """
     if key != batch["cluster"].encode():
         shown = key.decode(errors="replace") if key is not None else None
-        return f"record key {shown!r} is not the envelope's cluster {batch['cluster']!r}"
+        return f"record key {_short(shown)} is not the envelope's cluster {batch['cluster']!r}"
     return None
 
 
@@ -168,19 +244,46 @@ def decode_batch(data: bytes) -> ClusterEventBatch:
 
 
 def event_problem(event: Any) -> str | None:
-    """Why one event is malformed, or None."""
+    """Why one event is malformed or beyond the bounds above, or None. O(1): no walk of the object."""
     if not isinstance(event, dict):
         return "event is not an object"
-    if event.get("type") not in EVENT_TYPES:
-        return f"unknown event type {event.get('type')!r}"
-    if not isinstance(event.get("ts"), str):
+    kind = event.get("type")
+    if not isinstance(kind, str) or kind not in EVENT_TYPES:
+        return f"unknown event type {_short(kind)}"
+    ts = event.get("ts")
+    if not isinstance(ts, str):
         return "event without ts"
-    if event["type"] in OBJECT_EVENTS and not isinstance(event.get("object"), dict):
-        return f"{event['type']} event without object"
-    if event["type"] == "RESYNC" and event.get("scope") is not None:
+    if len(ts) > MAX_TS_CHARS:
+        return f"ts longer than {MAX_TS_CHARS} characters"
+    if kind in OBJECT_EVENTS:
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            return f"{kind} event without object"
+        return object_problem(obj)
+    if kind == "RESYNC" and event.get("scope") is not None:
         return scope_problem(event["scope"])
-    if event["type"] == "OUTCOME":
+    if kind == "OUTCOME":
         return outcome_problem(event.get("outcome"))
+    return None
+
+
+def object_problem(obj: dict[str, Any]) -> str | None:
+    """Why an object's identity strings are beyond the bounds, or None (their shape is the engine's)."""
+    kind = obj.get("kind")
+    if isinstance(kind, str) and len(kind) > MAX_KIND_CHARS:
+        return f"kind longer than {MAX_KIND_CHARS} characters"
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        for name in ("name", "namespace", "uid"):
+            value = meta.get(name)
+            # Characters first: a str holds at most 4 bytes per character, so a short one is
+            # within the bound without encoding it.
+            if (
+                isinstance(value, str)
+                and len(value) * 4 > MAX_NAME_BYTES
+                and (len(value) > MAX_NAME_BYTES or len(value.encode(errors="replace")) > MAX_NAME_BYTES)
+            ):
+                return f"metadata.{name} longer than {MAX_NAME_BYTES} bytes"
     return None
 
 

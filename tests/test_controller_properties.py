@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -96,7 +97,7 @@ def test_restored_state_folds_on_identically(first: list[dict[str, Any]], rest: 
         if obj is None:
             objects.pop(key, None)
         else:
-            objects[key] = obj
+            objects[key] = orjson.loads(obj)
     restored = Controller.restore(
         config=Config(), key=None, state=live.state(), objects_raw=list(objects.values())
     )

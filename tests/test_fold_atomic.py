@@ -145,7 +145,7 @@ def observed(ctl: Controller) -> dict[str, Any]:
     c = ctl.cluster
     return {
         "state": orjson.dumps(ctl.state()),  # bytes: dict order is part of the persisted state
-        "dirty": orjson.dumps(ctl.dirty),
+        "dirty": dict(ctl.dirty),  # the encoded objects the store would write
         "pods": dict(c.pods),
         "nodes": {n: (s.node, dict(s.pods), dict(s.used)) for n, s in c.nodes.items()},
         "nominated": {n: dict(c.nominated_on(n)) for n in ("n1", "n2", "n7", "n9")},

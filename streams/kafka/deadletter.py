@@ -45,8 +45,9 @@ def origin_headers(origin: Origin, error_class: str, error: str) -> Headers:
         ("origin-topic", origin.topic.encode()),
         ("origin-partition", str(origin.partition).encode()),
         ("origin-offset", str(origin.offset).encode()),
-        ("error-class", error_class.encode()),
-        ("error", error[:ERROR_HEADER_CHARS].encode()),
+        # "replace": an error may quote input that is not valid UTF-8 (a lone surrogate).
+        ("error-class", error_class.encode("utf-8", "replace")),
+        ("error", error[:ERROR_HEADER_CHARS].encode("utf-8", "replace")),
     ]
     if origin.index is not None:
         found.append(("origin-index", str(origin.index).encode()))

@@ -47,7 +47,7 @@ from streams.pipeline.faults import NONE, Faults
 from streams.pipeline.fold import tune_gc
 from streams.pipeline.outbox import KafkaOutbox, Outbox
 from streams.pipeline.partitions import Partitions
-from streams.pipeline.worker import CHECKPOINT_INTERVAL_S, Setup, SnapshotPolicy
+from streams.pipeline.worker import CHECKPOINT_INTERVAL_S, Setup, SnapshotPolicy, Stalled
 
 log = logging.getLogger("preemptctl.worker")
 
@@ -66,6 +66,10 @@ FAUST_DATADIR = "faust"
 # The process exits with this code when it must stop publishing (fenced by another
 # worker) or cannot open a partition: its supervisor restarts it.
 EXIT_FATAL = 3
+# ... and with this one when a partition cannot make progress (docs/topics.md, "Progress"):
+# a record that can be neither folded nor dead-lettered, a store that cannot be written.
+# A restart may not help: the chart's alert PreemptctlWorkerStalled looks for this code.
+EXIT_STALLED = 4
 
 
 def transactional_id(group: str, partition: int) -> str:
@@ -157,9 +161,10 @@ def build_app(
 
     def fatal(exc: BaseException) -> None:
         # Nothing is lost by stopping here: the store never reflects unpublished output.
-        log.critical("exiting for the supervisor to restart the worker: %s", exc)
+        code = EXIT_STALLED if isinstance(exc, Stalled) else EXIT_FATAL
+        log.critical("exiting (code %d) for the supervisor to restart the worker: %s", code, exc)
         logging.shutdown()
-        os._exit(EXIT_FATAL)
+        os._exit(code)
 
     partitions = Partitions(setup, health=health, on_fatal=fatal)
 

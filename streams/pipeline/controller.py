@@ -115,14 +115,16 @@ def _table_key(kind: str, obj: Mapping[str, Any]) -> str:
 
 
 def _well_formed(event: Any) -> bool:
-    """records.event_problem(event) is None, checked inline: it runs for every event."""
+    """records.event_problem(event) is None, the common case checked inline: it runs for every event."""
     if not isinstance(event, dict):
         return False
     kind = event.get("type")
-    if not isinstance(event.get("ts"), str):
+    ts = event.get("ts")
+    if not isinstance(ts, str) or len(ts) > records.MAX_TS_CHARS:
         return False
     if kind in records.OBJECT_EVENTS:
-        return isinstance(event.get("object"), dict)
+        obj = event.get("object")
+        return isinstance(obj, dict) and records.object_problem(obj) is None
     return kind in records.EVENT_TYPES
 
 
@@ -231,7 +233,7 @@ class Controller:
     scope: tuple[str, ...] | None = None  # the schedulers decided for (None: all), from RESYNC
     toleration_checked: int = 0  # toleration windows closing up to here have bumped `gen`
     resync: set[str] | None = None  # keys re-listed since a RESYNC, until it completes
-    dirty: dict[str, Mapping[str, Any] | None] = field(default_factory=dict)  # store key -> raw object / None
+    dirty: dict[str, bytes | None] = field(default_factory=dict)  # store key -> encoded raw object / None
     _earliest: int | None = None  # no nomination or leaving mark expires before this
     index: Index = field(init=False)
     _config_hash: str = field(init=False, default="")
@@ -349,7 +351,9 @@ class Controller:
         if not changed:
             return out
         undo.key(self.dirty, key)
-        self.dirty[key] = None if kind == "DELETED" else obj
+        # Encoded now, not when the store is written: an object the store could never write
+        # (records.MAX_OBJECT_DEPTH) is rejected with its event, the same in `replay`.
+        self.dirty[key] = None if kind == "DELETED" else records.encode_object(obj)
         if self.retry and _may_change_answers(before, table_record(self.cluster, object_kind, uid)):
             self.gen += 1
         if object_kind == "Pod":
@@ -698,7 +702,7 @@ class Controller:
 
     # ---- persistence -------------------------------------------------------------------
 
-    def take_dirty(self) -> dict[str, Mapping[str, Any] | None]:
+    def take_dirty(self) -> dict[str, bytes | None]:
         out, self.dirty = self.dirty, {}
         return out
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config import Config
+from schemas import records
 from schemas.records import DecisionRecord
 from streams.pipeline.controller import BadEvent, Controller
 
@@ -45,9 +46,18 @@ class Fleet:
         self.controllers: dict[str, Controller] = {}
 
     def handle(self, event: Mapping[str, Any]) -> list[DecisionRecord]:
+        """Fold one event into its cluster's controller; BadEvent (nothing changed) if it cannot be.
+
+        An event without `cluster` is the default cluster's (a one-cluster trace); one that names
+        a cluster must name a valid one (records.cluster_problem), as a record's key must in the
+        worker: an empty name once gave other decision ids here than in the worker.
+        """
         if not isinstance(event, Mapping):
             raise BadEvent("event is not an object")
-        name = str(event.get("cluster") or DEFAULT_CLUSTER)
+        name = event.get("cluster", DEFAULT_CLUSTER)
+        problem = records.cluster_problem(name)
+        if problem:
+            raise BadEvent(problem)
         ctl = self.controllers.get(name)
         if ctl is None:
             ctl = self.controllers[name] = Controller(name, self.config, self.key)

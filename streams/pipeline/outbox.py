@@ -100,16 +100,27 @@ def decision(
 
 
 def dead_letter(
-    *, key: bytes | None, value: bytes, origin: Origin, error_class: str, error: str, partition: int
+    *, key: bytes | None, value: bytes | None, origin: Origin, error_class: str, error: str, partition: int
 ) -> Outgoing:
     """The rejected bytes with where they came from and why (DESIGN §5).
 
     Bytes too large to publish with their headers (a whole record near the topic's
     limit) are replaced by a reference to their origin, with their size and digest,
     and the header `value-omitted: too-large`; a key still too large is left out
-    (`key-omitted: too-large`). The origin topic still holds both.
+    (`key-omitted: too-large`). The origin topic still holds both. `value` None is
+    an event that cannot be encoded again (nested deeper than the encoder goes):
+    the reference says so (`value-omitted: unencodable`).
     """
     origin_headers = deadletter.origin_headers(origin, error_class, error)
+    reference = {
+        "topic": origin.topic,
+        "partition": origin.partition,
+        "offset": origin.offset,
+        "index": origin.index,
+    }
+    if value is None:
+        value = orjson.dumps({"omitted": "unencodable", "origin": reference})
+        origin_headers.append(("value-omitted", b"unencodable"))
     # The origin headers, then the CloudEvents attributes of what is actually sent.
     headers = deadletter.headers(key, value, origin_headers)
     if _size(key, value, headers) > topics.VALUE_MAX_BYTES:
@@ -118,12 +129,7 @@ def dead_letter(
                 "omitted": "too-large",
                 "bytes": len(value),
                 "sha256": hashlib.sha256(value).hexdigest(),
-                "origin": {
-                    "topic": origin.topic,
-                    "partition": origin.partition,
-                    "offset": origin.offset,
-                    "index": origin.index,
-                },
+                "origin": reference,
             }
         )
         origin_headers.append(("value-omitted", b"too-large"))

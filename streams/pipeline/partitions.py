@@ -17,9 +17,18 @@
 - `tick`, on a timer, commits each partition when a commit is due, so a
   partition whose records stopped still publishes (under exactly_once its
   decisions become visible only at a commit).
-- `revoke` commits and keeps the workers aside: when the next assignment gives
-  a partition back (faust revokes everything on each rebalance), it continues
-  in memory; the others are closed.
+- `revoke` commits and keeps the workers aside, with the ends of the partition's
+  output topics (decisions, dead letters, snapshots) as they were after that
+  commit. When the next assignment gives a partition back (faust revokes
+  everything on each rebalance), it continues in memory only if those ends are
+  unchanged: nobody published for the partition since. Otherwise another worker
+  owned it meanwhile (this one was paused, or away from the group), and its
+  in-memory position is stale: it is reopened from its store, which reads what
+  the other one published (issue 19: 89 of 254 decisions were published twice).
+- A partition that cannot make progress (Stalled: a record that can be neither
+  folded nor dead-lettered, a store that cannot be written) stops the process
+  with its own exit code (streams.pipeline.app.EXIT_STALLED), counted in
+  preemptctl_worker_stalls_total.
 """
 
 from __future__ import annotations
@@ -30,11 +39,14 @@ import logging
 from collections.abc import Callable, Iterable
 
 from aiokafka.errors import KafkaError
+from prometheus_client import Counter
 
+from schemas import records
 from streams.common.health import Health
+from streams.kafka import topics
 from streams.pipeline import metrics
 from streams.pipeline.outbox import Fenced, SendFailed, TransactionsUnavailable
-from streams.pipeline.worker import POSITION, PartitionBroken, PartitionWorker, Setup
+from streams.pipeline.worker import POSITION, PartitionBroken, PartitionWorker, Setup, Stalled
 
 log = logging.getLogger("preemptctl.worker")
 
@@ -45,6 +57,20 @@ log = logging.getLogger("preemptctl.worker")
 REOPEN_ATTEMPTS = 6
 REOPEN_BACKOFF_S = 1.0
 REOPEN_BACKOFF_MAX_S = 16.0
+# What a partition's worker publishes to: if any of these moved while the worker was
+# revoked, someone else owned the partition meanwhile.
+OUTPUTS = (records.DECISIONS, records.DEAD_LETTER, topics.SNAPSHOTS)
+
+STALLS = Counter(
+    "preemptctl_worker_stalls_total",
+    "Partitions that could not make progress (the process exits with code 4 right after).",
+)
+RESUMED = Counter(
+    "preemptctl_worker_resumed_total",
+    "Partitions given back after a revoke, by what happened: continued in memory (nothing was "
+    "published for them meanwhile) or reopened from the store (someone else published).",
+    ["how"],
+)
 
 
 class Fatal(RuntimeError):
@@ -64,7 +90,8 @@ class Partitions:
         self.on_fatal = on_fatal
         self.workers: dict[int, PartitionWorker] = {}
         self.opening: dict[int, asyncio.Task[PartitionWorker | None]] = {}
-        self.suspended: dict[int, PartitionWorker] = {}
+        # Revoked workers kept aside, with the ends of OUTPUTS after their last commit.
+        self.suspended: dict[int, tuple[PartitionWorker, tuple[int, ...]]] = {}
         self.assigned = False
 
     # ---- the transport's calls -------------------------------------------------------------
@@ -72,15 +99,12 @@ class Partitions:
     async def assign(self, partitions: Iterable[int]) -> None:
         wanted = set(partitions)
         for p in sorted(set(self.suspended) - wanted):
-            await self._close(self.suspended.pop(p))
+            await self._close(self.suspended.pop(p)[0])
         for p in sorted(wanted):
             if p in self.workers or p in self.opening:
                 continue
             kept = self.suspended.pop(p, None)
-            if kept is not None:
-                self.workers[p] = kept  # nobody owned it since our revoke: continue in memory
-                continue
-            self.opening[p] = asyncio.create_task(self._open(p), name=f"open-partition-{p}")
+            self.opening[p] = asyncio.create_task(self._open(p, kept), name=f"open-partition-{p}")
         self.assigned = True
         self._update_ready()
 
@@ -106,8 +130,22 @@ class Partitions:
                 if worker.fenced:
                     self._fatal(Fatal(str(worker.broken)))
                 continue
-            self.suspended[p] = worker
+            except Stalled as exc:
+                await self._discard(worker)
+                self._stalled(exc)
+                continue
+            try:
+                ends = await self._output_ends(p)
+            except (KafkaError, OSError) as exc:
+                log.warning("partition %d: revoked; its output ends are unknown (%s): closed", p, exc)
+                await self._close(worker)
+                continue
+            self.suspended[p] = (worker, ends)
         self._update_ready()
+
+    async def _output_ends(self, partition: int) -> tuple[int, ...]:
+        async with self.setup.reader() as reader:
+            return tuple([(await reader.bounds(topic, partition))[1] for topic in OUTPUTS])
 
     def position(self, partition: int) -> int | None:
         """The last offset folded in `partition`; None while it is not open here."""
@@ -136,6 +174,8 @@ class Partitions:
             await worker.process(offset, key, value)
         except PartitionBroken:
             await self._reopen(partition)  # catches up past this record, publishing what is missing
+        except Stalled as exc:
+            await self._stop(partition, worker, exc)
 
     async def tick(self) -> None:
         """Commit what is due (streams.pipeline.worker.CHECKPOINT_INTERVAL_S): called on a timer."""
@@ -147,13 +187,25 @@ class Partitions:
             except PartitionBroken:
                 if self.workers.get(partition) is worker:
                     await self._reopen(partition)
+            except Stalled as exc:
+                await self._stop(partition, worker, exc)
+
+    async def _stop(self, partition: int, worker: PartitionWorker, exc: Stalled) -> None:
+        if self.workers.get(partition) is worker:
+            del self.workers[partition]
+        await self._discard(worker)
+        self._stalled(exc)
+
+    def _stalled(self, exc: Stalled) -> None:
+        STALLS.inc()
+        self._fatal(exc)
 
     async def close(self) -> None:
         for p in list(self.opening):
             await self.revoke([p])
         await self.revoke(list(self.workers))
         for p in sorted(self.suspended):
-            await self._close(self.suspended.pop(p))
+            await self._close(self.suspended.pop(p)[0])
 
     # ---- opening ---------------------------------------------------------------------------
 
@@ -171,7 +223,32 @@ class Partitions:
                 return None  # revoked while opening
             raise
 
-    async def _open(self, partition: int) -> PartitionWorker | None:
+    async def _resumed(self, partition: int, kept: tuple[PartitionWorker, tuple[int, ...]]) -> bool:
+        """Is a revoked worker still right (nobody published for its partition since)? Closed if not."""
+        worker, ends = kept
+        try:
+            now = await self._output_ends(partition)
+        except (KafkaError, OSError) as exc:
+            now, reason = (), f"its output ends are unknown ({exc})"
+        else:
+            reason = f"its outputs moved since the revoke ({ends} -> {now})"
+        if now == ends:
+            RESUMED.labels("memory").inc()
+            log.info("partition %d: given back, nothing published since: continuing in memory", partition)
+            return True
+        RESUMED.labels("store").inc()
+        log.warning("partition %d: given back, but %s: reopening from the store", partition, reason)
+        await self._close(worker)
+        return False
+
+    async def _open(
+        self, partition: int, kept: tuple[PartitionWorker, tuple[int, ...]] | None = None
+    ) -> PartitionWorker | None:
+        if kept is not None and await self._resumed(partition, kept):
+            self.workers[partition] = kept[0]
+            self.opening.pop(partition, None)
+            self._update_ready()
+            return kept[0]
         delay = REOPEN_BACKOFF_S
         for attempt in range(1, REOPEN_ATTEMPTS + 1):
             worker = None
@@ -181,6 +258,11 @@ class Partitions:
             except (Fenced, TransactionsUnavailable) as exc:
                 await self._discard(worker)
                 self._fatal(exc)
+                return None
+            except Stalled as exc:
+                await self._discard(worker)
+                self.opening.pop(partition, None)
+                self._stalled(exc)
                 return None
             except (PartitionBroken, SendFailed, KafkaError, OSError) as exc:
                 await self._discard(worker)

@@ -17,13 +17,18 @@ A reader finds the latest manifest by reading back from the partition's end (a
 few records: only tombstones and an unfinished snapshot's chunks can follow it),
 reads exactly the chunks it names and checks their digests, so a crash in the
 middle of a snapshot can only leave chunks no manifest names: the previous
-snapshot is still whole. Chunks of the snapshot before the previous one are
-tombstoned once the new manifest is acknowledged; the log cleaner removes them.
+snapshot is still whole. A manifest record that is not a valid manifest (written
+by anything but a worker) is passed over for the one before it, and a snapshot
+whose chunks or state do not decode raises Unreadable, never anything else: a
+garbage record in this topic once kept its partition from opening for good.
+Chunks of the snapshot before the previous one are tombstoned once the new
+manifest is acknowledged; the log cleaner removes them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -34,6 +39,8 @@ import orjson
 from streams.kafka import topics
 from streams.kafka.reading import Message
 from streams.pipeline.outbox import Outbox, Outgoing
+
+log = logging.getLogger("preemptctl.worker")
 
 VERSION = 1
 # Bytes of the state stream per chunk before compression: compressed, a chunk is
@@ -95,17 +102,37 @@ class Manifest:
         }
 
     @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> Manifest:
+    def from_json(cls, value: Any, *, nested: bool = False) -> Manifest:
+        """The manifest a record holds; Unreadable when it is not one."""
+        if not isinstance(value, dict) or value.get("v") != VERSION:
+            raise Unreadable("not a version 1 manifest")
+        partition, position, chunks = value.get("partition"), value.get("position"), value.get("chunks")
+        if not (_offset(partition) and _offset(position) and isinstance(chunks, list)):
+            raise Unreadable("a manifest needs partition, position (offsets) and chunks (a list)")
+        if not all(
+            isinstance(c, dict) and _offset(c.get("offset")) and _digest(c.get("sha256")) for c in chunks
+        ):
+            raise Unreadable("a manifest's chunks need offset and sha256")
         previous = value.get("previous")
+        if previous is not None and nested:
+            raise Unreadable("a previous manifest has no previous of its own")
         return cls(
-            int(value["partition"]),
-            int(value["position"]),
-            tuple(Chunk(int(c["offset"]), str(c["sha256"])) for c in value["chunks"]),
-            None if previous is None else cls.from_json(previous),
+            int(partition),  # type: ignore[arg-type]  # checked by _offset above
+            int(position),  # type: ignore[arg-type]
+            tuple(Chunk(c["offset"], c["sha256"]) for c in chunks),
+            None if previous is None else cls.from_json(previous, nested=True),
         )
 
     def alone(self) -> Manifest:
         return Manifest(self.partition, self.position, self.chunks)
+
+
+def _offset(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _digest(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
 # ---- the state stream ------------------------------------------------------------------------
@@ -128,16 +155,28 @@ def encode(state: Mapping[str, Any], entries: Iterable[tuple[bytes, bytes]]) -> 
 
 
 def decode(chunks: Iterable[bytes]) -> tuple[dict[str, Any], Iterator[tuple[bytes, bytes]]]:
-    """The state record and an iterator over the entries, decompressed as they are read."""
+    """The state record and an iterator over the entries, decompressed as they are read.
+
+    Unreadable (from the call or from the iterator) when the chunks do not decode.
+    """
     stream = iter(chunks)
     buffer = b""
-    while b"\n" not in buffer:
-        buffer += zlib.decompress(next(stream))
-    head, buffer = buffer.split(b"\n", 1)
+    try:
+        while b"\n" not in buffer:
+            buffer += zlib.decompress(next(stream))
+        head, buffer = buffer.split(b"\n", 1)
+        state = orjson.loads(head)
+    except (StopIteration, zlib.error, orjson.JSONDecodeError) as exc:
+        raise Unreadable(f"the snapshot's state does not decode ({type(exc).__name__})") from exc
+    if not isinstance(state, dict) or not _offset(state.get("position")):
+        raise Unreadable("the snapshot's state has no position")
 
     def entries(rest: bytes) -> Iterator[tuple[bytes, bytes]]:
         for chunk in stream:
-            rest += zlib.decompress(chunk)
+            try:
+                rest += zlib.decompress(chunk)
+            except zlib.error as exc:
+                raise Unreadable(f"a chunk of the snapshot does not decompress ({exc})") from exc
             lines = rest.split(b"\n")
             rest = lines.pop()
             for line in lines:
@@ -148,20 +187,43 @@ def decode(chunks: Iterable[bytes]) -> tuple[dict[str, Any], Iterator[tuple[byte
                 key, _, value = line.partition(b"\t")
                 yield key, value
 
-    return dict(orjson.loads(head)), entries(buffer)
+    return state, entries(buffer)
 
 
 # ---- in Kafka ----------------------------------------------------------------------------------
 
 
 async def latest(reader: Reader, partition: int) -> Manifest | None:
-    """The newest manifest of a partition, read back from the end of its snapshots partition."""
+    """The newest valid manifest of a partition, read back from the end of its snapshots partition.
+
+    Records under the manifest key that are not a manifest of this partition are passed over.
+    """
     start, end = await reader.bounds(topics.SNAPSHOTS, partition)
     key = manifest_key(partition)
-    found = await reader.last(
-        topics.SNAPSHOTS, partition, lambda m: m.key == key and bool(m.value), start=start, end=end
-    )
-    return None if found is None else Manifest.from_json(orjson.loads(found.value))
+    found: list[Manifest] = []
+
+    def valid(m: Message) -> bool:
+        if m.key != key or not m.value:
+            return False
+        manifest = parse_manifest(m.value)
+        if manifest is None or manifest.partition != partition:
+            log.warning(
+                "partition %d: passing over an invalid snapshot manifest at offset %d", partition, m.offset
+            )
+            return False
+        found.append(manifest)
+        return True
+
+    record = await reader.last(topics.SNAPSHOTS, partition, valid, start=start, end=end)
+    return None if record is None else found[-1]
+
+
+def parse_manifest(value: bytes) -> Manifest | None:
+    """The manifest in a record's value, or None when it holds none."""
+    try:
+        return Manifest.from_json(orjson.loads(value))
+    except (orjson.JSONDecodeError, Unreadable, RecursionError):
+        return None
 
 
 async def load(reader: Reader, manifest: Manifest) -> tuple[dict[str, Any], Iterator[tuple[bytes, bytes]]]:

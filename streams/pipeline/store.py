@@ -1,16 +1,27 @@
 """The worker's local state store (rocksdict on disk), written in batches with its log position.
 
 One store per cluster-events partition. Keys: `obj/<cluster>/<Kind>/<key>` →
-the raw object (orjson); `meta/state` → the controllers' own state (sequence
-numbers, hash-chain heads, nominations, ...) together with `position`, the
-cluster-events offset the whole store reflects, and what tells that position's
-topic incarnation (the record's fingerprint; streams.pipeline.worker). Each
-write is one RocksDB WriteBatch, so objects, controller state and position
-change atomically: after a crash the store is exactly the state after some
-record, and the worker resumes its input right after that record (DESIGN §3).
+the raw object (orjson), the cluster name escaped (`%` → `%25`, `/` → `%2F`) so
+that no cluster's prefix is another's (`obj/a/` once matched cluster `a/b`'s
+objects too, and `a` decided on `a/b`'s nodes after a restart); `meta/state` →
+the controllers' own state (sequence numbers, hash-chain heads, nominations,
+...) together with `position`, the cluster-events offset the whole store
+reflects, what tells that position's topic incarnation (the record's
+fingerprint; streams.pipeline.worker) and `layout`, the key layout. Each write
+is one RocksDB WriteBatch, so objects, controller state and position change
+atomically: after a crash the store is exactly the state after some record,
+and the worker resumes its input right after that record (DESIGN §3).
 A snapshot (streams.pipeline.snapshot) is these same entries; `replace` loads
-one, writing the state record last, so a crash while loading leaves a store
-with no state, which opens as empty.
+one into a fresh directory, writing the state record last, and only then puts
+it in the store's place, so a crash or a bad snapshot while loading leaves the
+store as it was.
+
+A store or snapshot of the old layout (no `layout`: cluster names unescaped) is
+migrated as it is opened or loaded: each key is given to the one cluster of its
+state whose name it starts with. When two cluster names share such a prefix
+(`a` and `a/b`), which objects were whose cannot be told (that store was already
+wrong): `migrate` gives up and the worker discards it, rebuilding from an older
+snapshot or the log (streams.pipeline.worker).
 """
 
 from __future__ import annotations
@@ -27,6 +38,44 @@ from streams.pipeline.faults import NONE, Faults
 
 _OBJ = b"obj/"
 _STATE = b"meta/state"
+# The key layout this code writes; states without `layout` are of the old, unescaped one.
+LAYOUT = 2
+
+
+class Unmigratable(RuntimeError):
+    """An old-layout store or snapshot whose keys cannot be told apart by cluster."""
+
+
+def cluster_prefix(cluster: str) -> bytes:
+    """The key prefix of one cluster's objects: prefix-free, since the escaped name has no `/`."""
+    return _OBJ + cluster.replace("%", "%25").replace("/", "%2F").encode() + b"/"
+
+
+def migrate_key(key: bytes, clusters: Iterable[str]) -> bytes:
+    """An old-layout object key in the current layout; Unmigratable when its cluster is ambiguous."""
+    owners = [c for c in clusters if key.startswith(_OBJ + c.encode() + b"/")]
+    if len(owners) != 1:
+        raise Unmigratable(f"store key {key[:200]!r} belongs to {len(owners)} clusters")
+    old = _OBJ + owners[0].encode() + b"/"
+    return cluster_prefix(owners[0]) + key[len(old) :]
+
+
+def migrate(
+    state: Mapping[str, Any], entries: Iterable[tuple[bytes, bytes]]
+) -> Iterator[tuple[bytes, bytes]]:
+    """Entries of a state in the current layout (unchanged when it already is)."""
+    if state.get("layout") == LAYOUT:
+        yield from entries
+        return
+    clusters = sorted(state.get("clusters", {}))
+    for a in clusters:
+        for b in clusters:
+            if a != b and b.startswith(a + "/"):
+                raise Unmigratable(f"clusters {a!r} and {b!r} shared keys in the old store layout")
+    for key, value in entries:
+        yield migrate_key(key, clusters), value
+
+
 # Entries per WriteBatch when a snapshot is loaded: bounds the batch's memory.
 REPLACE_BATCH_ENTRIES = 20_000
 
@@ -52,7 +101,7 @@ class Store:
         return None if raw is None else dict(orjson.loads(bytes(raw)))
 
     def objects(self, cluster: str) -> Iterator[dict[str, Any]]:
-        prefix = _OBJ + cluster.encode() + b"/"
+        prefix = cluster_prefix(cluster)
         for key, value in self._db.items(from_key=prefix):
             assert isinstance(key, bytes) and isinstance(value, bytes)  # raw mode stores bytes only
             if not key.startswith(prefix):
@@ -60,18 +109,21 @@ class Store:
             yield orjson.loads(value)
 
     def write(
-        self, dirty: Mapping[str, Mapping[str, Mapping[str, Any] | None]], state: Mapping[str, Any]
+        self,
+        dirty: Mapping[str, Mapping[str, bytes | Mapping[str, Any] | None]],
+        state: Mapping[str, Any],
     ) -> None:
-        """`dirty`: cluster -> {Kind/key -> raw object, or None for deleted}."""
+        """`dirty`: cluster -> {Kind/key -> the raw object (encoded, or to encode), None for deleted}."""
         batch = WriteBatch(raw_mode=True)
         for cluster, changes in dirty.items():
+            prefix = cluster_prefix(cluster)
             for key, obj in changes.items():
-                k = _OBJ + f"{cluster}/{key}".encode()
+                k = prefix + key.encode()
                 if obj is None:
                     batch.delete(k)
                 else:
-                    batch.put(k, orjson.dumps(obj))
-        batch.put(_STATE, orjson.dumps(state))
+                    batch.put(k, obj if isinstance(obj, bytes) else orjson.dumps(obj))
+        batch.put(_STATE, orjson.dumps({**state, "layout": LAYOUT}))
         self._faults.check("fail-store")  # as the write itself failing (a full disk)
         self._db.write(batch)
 
@@ -83,20 +135,48 @@ class Store:
                 break
             yield key, value
 
+    def migrated(self) -> Store:
+        """This store in the current key layout (rewritten in one batch if it was of the old one).
+
+        Unmigratable (the store unchanged) when its clusters' old keys cannot be told apart.
+        """
+        state = self.state()
+        if state is None or state.get("layout") == LAYOUT:
+            return self
+        old = list(self.entries())
+        batch = WriteBatch(raw_mode=True)
+        for (key, _), (new, value) in zip(old, migrate(state, old), strict=True):
+            batch.delete(key)
+            batch.put(new, value)
+        batch.put(_STATE, orjson.dumps({**state, "layout": LAYOUT}))
+        self._db.write(batch)
+        return self
+
     @classmethod
     def replace(cls, path: Path, state: Mapping[str, Any], entries: Iterable[tuple[bytes, bytes]]) -> Store:
-        """A store at `path` holding exactly `entries` and `state` (a loaded snapshot)."""
+        """A store at `path` holding exactly `entries` and `state` (a loaded snapshot), in the current layout.
+
+        Built beside `path` and moved into its place when whole: an exception while reading
+        the entries (a snapshot that does not decode, Unmigratable) leaves `path` as it was.
+        """
+        loading = path.with_name(path.name + ".loading")
+        cls.destroy(loading)
+        store = cls(loading)
+        try:
+            batch = WriteBatch(raw_mode=True)
+            for n, (key, value) in enumerate(migrate(state, entries), 1):
+                batch.put(key, value)
+                if n % REPLACE_BATCH_ENTRIES == 0:
+                    store._db.write(batch)
+                    batch = WriteBatch(raw_mode=True)
+            # Last: without it the store is empty.
+            batch.put(_STATE, orjson.dumps({**state, "layout": LAYOUT}))
+            store._db.write(batch)
+        finally:
+            store.close()
         cls.destroy(path)
-        store = cls(path)
-        batch = WriteBatch(raw_mode=True)
-        for n, (key, value) in enumerate(entries, 1):
-            batch.put(key, value)
-            if n % REPLACE_BATCH_ENTRIES == 0:
-                store._db.write(batch)
-                batch = WriteBatch(raw_mode=True)
-        batch.put(_STATE, orjson.dumps(state))  # last: without it the store is empty
-        store._db.write(batch)
-        return store
+        loading.rename(path)
+        return cls(path)
 
     @staticmethod
     def destroy(path: Path) -> None:

@@ -30,6 +30,17 @@ keep the published log and the state in step:
 - After a commit, a snapshot is written when enough events were folded since
   the last one (SnapshotPolicy), so recovery time is bounded by the snapshot
   interval, and retention may delete the log before the latest snapshot.
+  A snapshot that cannot be read (a garbage manifest, a missing or altered
+  chunk, a state that does not decode) is skipped for the one before it, then
+  the store, then the log.
+
+No silent failure (docs/topics.md, "Progress"): every record handled ends with
+each of its events folded or dead-lettered. A dead letter that cannot carry the
+rejected bytes (an event nested too deep to encode) carries a reference to its
+origin instead, and one that cannot be built at all a minimal reference. What
+still prevents progress (an exception outside the per-event rules, a store that
+fails STORE_WRITE_ATTEMPTS writes in a row) raises Stalled: the partition stops
+counting and the process exits with its own code (streams.pipeline.app).
 """
 
 from __future__ import annotations
@@ -62,7 +73,7 @@ from streams.pipeline.controller import BadEvent, Controller, Decide
 from streams.pipeline.faults import Faults
 from streams.pipeline.outbox import Fenced, Outbox, Outgoing, SendFailed
 from streams.pipeline.snapshot import Manifest, Reader
-from streams.pipeline.store import Store
+from streams.pipeline.store import Store, Unmigratable
 
 log = logging.getLogger("preemptctl.worker")
 
@@ -99,16 +110,38 @@ DIVERGENT = Counter(
     "preemptctl_worker_divergent_decisions_total",
     "Re-derived decisions whose bytes differ from the published record with the same id.",
 )
+UNREADABLE_SNAPSHOTS = Counter(
+    "preemptctl_worker_unreadable_snapshots_total",
+    "Snapshots skipped while opening a partition because they could not be read (the one before, "
+    "the store or the log was used instead).",
+)
 
 # The store is written (after the outputs are published) at most this often, and after
 # this many records: writing it per record would cap small records at ~1k/s. A crash
 # in between only means re-folding a little log; nothing published is sent twice.
 CHECKPOINT_INTERVAL_S = 0.2
 CHECKPOINT_MAX_RECORDS = 1000
+# Store writes that may fail in a row (a full disk, an I/O error) before the partition is
+# declared stalled: the changes wait for the next commit meanwhile, but without a written
+# store no snapshot is taken either and every restart re-folds more log. ~4 s of commits.
+STORE_WRITE_ATTEMPTS = 20
+# The most of an error message a log line repeats: an error may quote a huge input.
+LOG_ERROR_CHARS = 500
 
 
 class PartitionBroken(RuntimeError):
     """A send or commit failed: this worker's state may be ahead of the log; reopen it from its store."""
+
+
+class Stalled(RuntimeError):
+    """The partition cannot make progress: a record can be neither folded nor dead-lettered, or
+    the state cannot be stored. Reopening would stop at the same place; the process exits with
+    its own code for the supervisor (streams.pipeline.app.EXIT_STALLED)."""
+
+    def __init__(self, partition: int, reason: str) -> None:
+        super().__init__(f"partition {partition}: {reason}")
+        self.partition = partition
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -203,6 +236,7 @@ class PartitionWorker:
     _decided: list[tuple[float, DecisionRecord]] = field(default_factory=list)
     _last_commit: float = 0.0
     _closed: bool = False
+    _store_failures: int = 0  # store writes failed in a row
     # process() and commit() each run whole: a commit must not interleave with a record
     # being folded and queued (the owner's timer commits while the transport may feed).
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -237,6 +271,17 @@ class PartitionWorker:
         start, end = await reader.bounds(topics.CLUSTER_EVENTS, partition)
         store = Store(path, faults=setup.faults)
         try:
+            try:
+                store = store.migrated()
+            except Unmigratable as exc:
+                log.warning(
+                    "partition %d: the local store is dropped, rebuilt from a snapshot or the log: %s",
+                    partition,
+                    exc,
+                )
+                store.close()
+                Store.destroy(path)
+                store = Store(path, faults=setup.faults)
             state = store.state()
             if state is not None and not await _belongs(reader, partition, state, start, end):
                 log.warning(
@@ -253,22 +298,31 @@ class PartitionWorker:
                     break
                 try:
                     loaded, entries = await snapshot.load(reader, candidate)
-                except snapshot.Unreadable as exc:
-                    log.warning("partition %d: %s", partition, exc)
-                    continue
-                if not await _belongs(reader, partition, loaded, start, end):
+                    if not await _belongs(reader, partition, loaded, start, end):
+                        log.warning(
+                            "partition %d: the snapshot at %d is of another topic",
+                            partition,
+                            candidate.position,
+                        )
+                        continue
+                    log.info(
+                        "partition %d: loading the snapshot at %d (store at %d)",
+                        partition,
+                        candidate.position,
+                        local,
+                    )
+                    store.close()
+                    try:
+                        store = Store.replace(path, loaded, entries)
+                    except BaseException:
+                        store = Store(path, faults=setup.faults)  # as it was: replace builds beside it
+                        raise
+                except (snapshot.Unreadable, Unmigratable) as exc:
+                    UNREADABLE_SNAPSHOTS.inc()
                     log.warning(
-                        "partition %d: the snapshot at %d is of another topic", partition, candidate.position
+                        "partition %d: skipping the snapshot at %d: %s", partition, candidate.position, exc
                     )
                     continue
-                log.info(
-                    "partition %d: loading the snapshot at %d (store at %d)",
-                    partition,
-                    candidate.position,
-                    local,
-                )
-                store.close()
-                store = Store.replace(path, loaded, entries)
                 state, manifest = loaded, candidate
                 break
             worker = cls(partition, setup, store, outbox, manifest=manifest)
@@ -346,15 +400,27 @@ class PartitionWorker:
             )
         return ctl
 
-    async def process(self, offset: int, key: bytes | None, value: bytes) -> None:
-        """Fold one record and queue what it leads to; commit when one is due."""
+    async def process(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+        """Fold one record and queue what it leads to; commit when one is due.
+
+        Every event ends folded or dead-lettered; Stalled when neither can be done.
+        """
         async with self._lock:
             if self.broken is not None:
                 raise PartitionBroken(self.broken)
             if offset <= self.position:
                 return  # already folded (re-delivery after a restart or a reopen)
             started = time.perf_counter()
-            for record in self._fold(offset, key, value):
+            value = b"" if value is None else value  # a tombstone: dead-lettered as no value
+            try:
+                out = self._fold(offset, key, value)
+            except Exception as exc:
+                # Outside every per-event rule: the controllers may be half-way through the
+                # record. Nothing of it may be committed, and reopening would stop here again.
+                raise self._stall(
+                    f"offset {offset} could not be folded or dead-lettered: {_error(exc)}"
+                ) from exc
+            for record in out:
                 await self._send(record)
             self.position = offset
             self._last = (key, value)
@@ -385,7 +451,7 @@ class PartitionWorker:
                 decisions = ctl.handle(event)
             except BadEvent as exc:
                 where = dataclasses.replace(origin, index=i)
-                out.append(self._dead(key, orjson.dumps(event), where, exc.error_class, str(exc)))
+                out.append(self._dead(key, _encoded(event), where, exc.error_class, str(exc)))
                 continue
             for d in decisions:
                 if not self.published.seen(d):
@@ -406,19 +472,46 @@ class PartitionWorker:
         return out
 
     def _dead(
-        self, key: bytes | None, value: bytes, origin: Origin, error_class: str, error: str
+        self, key: bytes | None, value: bytes | None, origin: Origin, error_class: str, error: str
     ) -> Outgoing:
+        """The dead letter of a record or an event; `value` None: the event does not encode.
+
+        Never raises for its input: a dead letter that cannot be built as usual becomes a
+        minimal reference to its origin (the origin topic keeps the bytes).
+        """
         self.dead_letters += 1
         where = f"{origin.offset}" if origin.index is None else f"{origin.offset}[{origin.index}]"
-        log.warning("partition %d: dead-lettered %s: %s", self.partition, where, error)
-        return outbox_mod.dead_letter(
-            key=key,
-            value=value,
-            origin=origin,
-            error_class=error_class,
-            error=error,
-            partition=self.partition,
-        )
+        log.warning("partition %d: dead-lettered %s: %s", self.partition, where, error[:LOG_ERROR_CHARS])
+        try:
+            return outbox_mod.dead_letter(
+                key=key,
+                value=value,
+                origin=origin,
+                error_class=error_class,
+                error=error,
+                partition=self.partition,
+            )
+        except Exception as exc:
+            log.error(
+                "partition %d: the dead letter of %s could not be built (%s); sending a reference",
+                self.partition,
+                where,
+                _error(exc),
+            )
+            return outbox_mod.dead_letter(
+                key=None,
+                value=None,
+                origin=origin,
+                error_class=error_class,
+                error=f"{type(exc).__name__} while dead-lettering",
+                partition=self.partition,
+            )
+
+    def _stall(self, reason: str) -> Stalled:
+        """Stop counting (nothing after the last commit is stored) and say why."""
+        self.broken = f"stalled: {reason}"
+        log.critical("partition %d: stalled: %s", self.partition, reason)
+        return Stalled(self.partition, reason)
 
     async def _send(self, record: Outgoing) -> None:
         try:
@@ -509,10 +602,16 @@ class PartitionWorker:
         except Exception as exc:  # a full disk, an I/O error, an injected fault
             # The changes stay marked dirty: the next commit writes them with its own.
             STORE_FAILURES.inc()
+            self._store_failures += 1
+            if self._store_failures >= STORE_WRITE_ATTEMPTS:
+                raise self._stall(
+                    f"{self._store_failures} store writes failed in a row, the last: {_error(exc)}"
+                ) from exc
             log.error(
                 "partition %d: store write failed (%s); retried at the next commit", self.partition, exc
             )
             return
+        self._store_failures = 0
         for ctl in self.controllers.values():
             ctl.take_dirty()
         self.stored = self.committed
@@ -581,6 +680,19 @@ class PartitionWorker:
             with contextlib.suppress(SendFailed):
                 await self.outbox.close()
             self.store.close()
+
+
+def _error(exc: BaseException) -> str:
+    """An exception for a log line or a reason: its class and the start of its message."""
+    return f"{type(exc).__name__}: {str(exc)[:LOG_ERROR_CHARS]}"
+
+
+def _encoded(event: Any) -> bytes | None:
+    """A rejected event's bytes for its dead letter; None when it does not encode (nested too deep)."""
+    try:
+        return orjson.dumps(event)
+    except orjson.JSONEncodeError:
+        return None
 
 
 async def _belongs(reader: Reader, partition: int, state: Mapping[str, Any], start: int, end: int) -> bool:

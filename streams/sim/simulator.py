@@ -27,6 +27,8 @@ import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from engine import cluster as cluster_mod
 from engine import objects, timeutil
 from engine.cluster import Cluster
@@ -35,6 +37,7 @@ from engine.default import Preemptor
 from engine.errors import EngineError
 from engine.index import Index
 from engine.objects import Pod
+from schemas import records
 from schemas.records import ClusterEvent
 from streams.pipeline.controller import BadEvent
 from streams.pipeline.fold import DEFAULT_CLUSTER, Fleet, Result
@@ -48,17 +51,31 @@ MAX_TICKS_PER_GAP = 30
 SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
 
 
-def _rv(obj: Mapping[str, Any]) -> int:
-    value = str((obj.get("metadata") or {}).get("resourceVersion") or "0")
-    return int(value) if value.isdigit() else 0
+# Digits of a resourceVersion the simulator counts on (etcd's revisions are int64: 19 digits);
+# a longer one is garbage, and converting a huge digit string costs time.
+RV_MAX_DIGITS = 20
+
+
+def _rv(obj: Any) -> int:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    value = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    value = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else "0"
+    return int(value) if value.isdigit() and len(value) <= RV_MAX_DIGITS else 0
+
+
+def _garbage(event: Mapping[str, Any]) -> bool:
+    """An event the controller rejects (records.event_problem, a bad cluster name): never observed."""
+    return bool(
+        records.event_problem(event) or records.cluster_problem(event.get("cluster", DEFAULT_CLUSTER))
+    )
 
 
 class Simulator:
     def __init__(self, trace: Sequence[Mapping[str, Any]]) -> None:
-        names = {str(e.get("cluster") or "default") for e in trace}
+        names = {e.get("cluster", DEFAULT_CLUSTER) for e in trace if not _garbage(e)}
         if len(names) > 1:
             raise ValueError(f"a simulated trace holds one cluster, this one has {len(names)}")
-        self.cluster = names.pop() if names else "default"
+        self.cluster = names.pop() if names else DEFAULT_CLUSTER
         self._queue: list[tuple[int, int, int, dict[str, Any]]] = []
         self._applied: set[int] = set()  # queue entries the view must not take (again)
         self._n = 0
@@ -66,6 +83,8 @@ class Simulator:
         at = 0
         for event in trace:
             try:
+                if _garbage(event):
+                    raise EngineError("rejected by the controller")
                 at = timeutil.parse(event["ts"])
             except EngineError:
                 # Garbage in the trace: it keeps its place in the log, the controller rejects
@@ -128,6 +147,7 @@ class Simulator:
         obj = event["object"]
         kind = obj.get("kind")
         try:
+            raw = orjson.loads(records.encode_object(obj))  # the API's copy; ObjectTooDeep as the controller
             key = cluster_mod.table_key(obj)
             old = self.view.pods.get(key) if kind == "Pod" else None
             if event["type"] == "DELETED":
@@ -143,7 +163,7 @@ class Simulator:
             return
         self.view.upsert(record)
         if isinstance(record, Pod):
-            self.raw[record.uid] = copy.deepcopy(dict(obj))
+            self.raw[record.uid] = raw
             if record.node is None and not record.terminal:
                 if record.nominated is None:
                     self._unnominated.add(record.uid)
