@@ -8,6 +8,7 @@ several records decided on one TICK) must pass.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -366,3 +367,76 @@ def test_an_empty_log_is_not_intact(
     # Records, but none of the cluster asked about: the same.
     problem = _verify_fails(capsys, _write(tmp_path / "d.jsonl", example), "--cluster", "elsewhere")
     assert problem["kind"] == verify.EMPTY and "cluster elsewhere" in problem["detail"]
+
+
+# ---- replay --compare sees every difference (issue 19 #10) -------------------------------
+
+
+def _lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines()
+
+
+def test_replay_compare_reports_a_doubled_and_an_edited_record(
+    recorded: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 19 #10: one record doubled and one with hash, reason and explanation edited: 0 differ."""
+    log, decisions = recorded
+    lines = _lines(decisions)
+    edited = orjson.loads(lines[2])
+    edited["hash"] = "0" * 64
+    edited["reason"] += " (edited)"
+    edited["explanation"] = {}
+    altered = tmp_path / "altered.jsonl"
+    altered.write_bytes(b"\n".join([lines[0], lines[1], lines[1], orjson.dumps(edited), *lines[3:]]) + b"\n")
+    code, out, err = _run(capsys, "replay", str(log), "--compare", str(altered))
+    assert code == 1
+    doubled, changed = orjson.loads(lines[1])["id"], edited["id"]
+    assert out.splitlines() == [
+        f"{doubled}: recorded 2 times",
+        f"{changed}: bytes differ (reason, explanation, hash)",
+    ]
+    assert "2 decision(s) differ" in err
+
+
+def test_replay_compare_reports_missing_and_extra_records(
+    recorded: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log, decisions = recorded
+    lines = _lines(decisions)
+    foreign = orjson.loads(lines[0])
+    foreign["id"] = "elsewhere/1/x-uid"
+    altered = tmp_path / "altered.jsonl"
+    altered.write_bytes(b"\n".join([orjson.dumps(foreign), *lines[1:]]) + b"\n")
+    code, out, _ = _run(capsys, "replay", str(log), "--compare", str(altered))
+    assert code == 1
+    assert out.splitlines() == [
+        f"elsewhere/1/x-uid: recorded but not re-derived ({foreign['outcome']})",
+        f"{orjson.loads(lines[0])['id']}: re-derived but not recorded ({foreign['outcome']})",
+    ]
+
+
+def test_replay_compare_ignores_whitespace(
+    recorded: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log, decisions = recorded
+    spaced = tmp_path / "spaced.jsonl"
+    spaced.write_text(
+        "\n".join(json.dumps(json.loads(line), indent=None) for line in decisions.read_text().splitlines())
+    )
+    code, out, _ = _run(capsys, "replay", str(log), "--compare", str(spaced))
+    assert (code, out) == (0, "")
+
+
+@pytest.mark.parametrize("which", ["events", "not-json"])
+def test_replay_compare_with_something_else_than_a_decision_log_exits_2(
+    recorded: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], which: str
+) -> None:
+    """Issue 19 #10: an event log given as decisions crashed with KeyError: 'id', exit 1."""
+    log, _ = recorded
+    other = log if which == "events" else tmp_path / "x.jsonl"
+    if which == "not-json":
+        other.write_text("hello\n")
+    code, out, err = _run(capsys, "replay", str(log), "--compare", str(other))
+    assert (code, out) == (2, "")
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"preemptctl: error: {other}:1: ")

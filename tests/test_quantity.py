@@ -60,3 +60,35 @@ def test_render_round_trips_common_amounts() -> None:
     assert quantity.render("cpu", 1500) == "1500m"
     assert quantity.render("cpu", 2000) == "2"
     assert quantity.render("memory", 2**30) == "1Gi"
+
+
+@pytest.mark.parametrize(
+    "huge",
+    [
+        "1e20000000",  # issue 19 #8: exact arithmetic on this froze the worker for minutes
+        "1e999999999",
+        "1e200",
+        "-1e-200",
+        "9223372036854775808",  # 2^63: Kubernetes' quantities stop at 2^63-1
+        "8Ei",
+        "1" * 65,
+        10**19,
+        1.8e19,
+    ],
+)
+def test_quantities_beyond_kubernetes_bounds_are_rejected_before_any_arithmetic(huge: object) -> None:
+    with pytest.raises(InvalidQuantity):
+        quantity.parse(huge)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("9223372036854775807", 2**63 - 1),
+        ("7Ei", 7 * 2**60),
+        ("0e999999999", 0),
+        ("1e-9", Fraction(1, 10**9)),
+    ],
+)
+def test_quantities_at_the_bounds_are_exact(text: str, value: Fraction) -> None:
+    assert quantity.parse(text) == value

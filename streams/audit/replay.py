@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -26,23 +27,54 @@ EXAMPLES = """examples:
 """
 
 
+# The fields a difference is shown by, when one of them differs; otherwise the line names
+# every top-level field whose bytes differ (hash, reason, explanation, ...).
+SHOWN_FIELDS = ("outcome", "node", "placements", "victims", "flow", "preemptor")
+# A record re-derived with these different is a what-if (--config, another engine).
+WHAT_IF_FIELDS = ("configHash", "engineVersion")
+
+
 def compare(derived: list[dict[str, Any]], recorded: list[dict[str, Any]]) -> list[str]:
-    """One line per decision that differs (by id), is missing, or is extra."""
-    fields = ("outcome", "node", "placements", "victims", "flow", "preemptor")
+    """One line per difference, by id: recorded but not re-derived (missing), re-derived but
+    not recorded (extra), recorded more than once (doubled), or not byte-identical.
+
+    Records are compared as compact JSON (orjson, the bytes the worker publishes), so any
+    change to any field counts; whitespace in a hand-kept file does not. A record re-derived
+    under another config or engine version (its configHash or engineVersion differs: a
+    what-if) differs in its bytes anyway, so only its decision (SHOWN_FIELDS) is compared.
+    Lines follow the recorded order, the extra ones the re-derived order.
+    """
     got = {d["id"]: d for d in derived}
-    want = {d["id"]: d for d in recorded}
+    counts = Counter(d["id"] for d in recorded)
     diffs = []
-    for rid in [d["id"] for d in recorded if d["id"] not in got]:
-        diffs.append(f"{rid}: recorded but not re-derived ({want[rid]['outcome']})")
-    for d in derived:
-        rec = want.get(d["id"])
-        if rec is None:
-            diffs.append(f"{d['id']}: re-derived but not recorded ({d['outcome']})")
+    reported: set[str] = set()
+    for rec in recorded:
+        rid = rec["id"]
+        if rid in reported:
             continue
-        changed = [f for f in fields if d.get(f) != rec.get(f)]
+        reported.add(rid)
+        if counts[rid] > 1:
+            diffs.append(f"{rid}: recorded {counts[rid]} times")
+        d = got.get(rid)
+        if d is None:
+            diffs.append(f"{rid}: recorded but not re-derived ({_short(rec.get('outcome'))})")
+            continue
+        if orjson.dumps(d) == orjson.dumps(rec):
+            continue
+        changed = [f for f in SHOWN_FIELDS if d.get(f) != rec.get(f)]
         if changed:
             parts = ", ".join(f"{f} {_short(rec.get(f))} -> {_short(d.get(f))}" for f in changed)
-            diffs.append(f"{d['id']}: {parts}")
+            diffs.append(f"{rid}: {parts}")
+        elif any(d.get(f) != rec.get(f) for f in WHAT_IF_FIELDS):
+            continue  # another policy, the same decision
+        else:
+            fields = [
+                f for f in dict.fromkeys([*rec, *d]) if orjson.dumps(rec.get(f)) != orjson.dumps(d.get(f))
+            ]
+            diffs.append(f"{rid}: bytes differ ({', '.join(fields) or 'field order'})")
+    for d in derived:
+        if d["id"] not in counts:
+            diffs.append(f"{d['id']}: re-derived but not recorded ({d['outcome']})")
     return diffs
 
 
@@ -67,6 +99,8 @@ def cmd(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     bad: list[str] = []
     kafka = connection.for_locations(args)
+    # First: a file that is not a decision log ends the command (exit 2) before any work.
+    recorded = logio.read_decisions(args.compare, kafka=kafka) if args.compare else None
     events = logio.read_events(args.log, on_bad=bad.append, kafka=kafka)
     if args.simulate:
         if len({e.get("cluster") or "default" for e in events}) > 1:
@@ -95,8 +129,8 @@ def cmd(args: argparse.Namespace) -> int:
         f"in {elapsed:.2f}s ({rate:,.0f} events/s)",
         file=sys.stderr,
     )
-    if args.compare:
-        diffs = compare(decisions, logio.read_decisions(args.compare, kafka=kafka))
+    if recorded is not None:
+        diffs = compare(decisions, recorded)
         for line in diffs:
             print(line)
         print(f"{len(diffs)} decision(s) differ", file=sys.stderr)
@@ -120,7 +154,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--decisions-out", metavar="FILE", help="write the decision log here (JSONL)")
     p.add_argument("--log-out", metavar="FILE", help="with --simulate: write the full event log here")
     p.add_argument(
-        "--compare", metavar="RECORDED", help="recorded decisions (JSONL or kafka://): report differences"
+        "--compare",
+        metavar="RECORDED",
+        help="recorded decisions (JSONL or kafka://): report missing, extra, doubled and differing "
+        "records by id; exit 1 if any, 2 if RECORDED is not a decision log",
     )
     p.add_argument("--config", help="engine config YAML")
     p.add_argument("--hmac-key-file", help="sign re-derived records with this key (to compare signed logs)")

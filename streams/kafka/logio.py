@@ -39,42 +39,51 @@ def read_events(
 
     config, topic = reading.topic_config(location, kafka)
 
-    def bad(where: str, why: str) -> None:
-        if on_bad is not None:
-            on_bad(f"{where}: {why}")
-
     async def collect() -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        async for m in reading.read_all(config, topic):
-            where = f"{topic}/{m.partition}@{m.offset}"
-            try:
-                batch = records.decode_envelope(m.value)
-            except records.DecodeError as exc:
-                bad(where, str(exc))
-                continue
-            problem = records.key_problem(m.key, batch)
-            if problem:
-                bad(where, problem)
-                continue
-            for i, event in enumerate(batch["events"]):
-                problem = event_problem(event)
-                if problem:
-                    bad(f"{where}[{i}]", problem)
-                    continue
-                out.append(dict(event, cluster=batch["cluster"]))
-        return out
+        return events_of([m async for m in reading.read_all(config, topic)], topic=topic, on_bad=on_bad)
 
     return asyncio.run(collect())
 
 
+def events_of(
+    messages: Iterable[reading.Message], *, topic: str, on_bad: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
+    """The events of cluster-events records, each with its `cluster`, as the worker takes them."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        where = f"{topic}/{m.partition}@{m.offset}"
+        try:
+            batch = records.decode_envelope(m.value)
+            problem = records.key_problem(m.key, batch)
+        except records.DecodeError as exc:
+            problem = str(exc)
+        if problem:
+            if on_bad is not None:
+                on_bad(f"{where}: {problem}")
+            continue
+        for i, event in enumerate(batch["events"]):
+            problem = event_problem(event)
+            if problem:
+                if on_bad is not None:
+                    on_bad(f"{where}[{i}]: {problem}")
+                continue
+            out.append(dict(event, cluster=batch["cluster"]))
+    return out
+
+
 def read_decisions(location: str, *, kafka: connection.KafkaConfig | None = None) -> list[dict[str, Any]]:
+    """Every record of a decision log (JSONL or a topic), in order; UsageError naming the first
+    record that is not a decision (not JSON, not an object, no string `id` and `hash`)."""
     if is_kafka(location):
         from streams.kafka import reading  # the Kafka client only for a topic: a file needs none
 
         config, topic = reading.topic_config(location, kafka)
 
         async def collect() -> list[dict[str, Any]]:
-            return [orjson.loads(m.value) async for m in reading.read_all(config, topic, read_committed=True)]
+            return [
+                _decision(m.value, f"{topic}/{m.partition}@{m.offset}")
+                async for m in reading.read_all(config, topic, read_committed=True)
+            ]
 
         return asyncio.run(collect())
     path = Path(location)
@@ -82,15 +91,21 @@ def read_decisions(location: str, *, kafka: connection.KafkaConfig | None = None
         lines = path.read_bytes().splitlines()
     except OSError as exc:
         raise UsageError(f"{path}: {exc.strerror or exc}") from exc
-    out = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(orjson.loads(line))
-        except orjson.JSONDecodeError as exc:
-            raise UsageError(f"{path}:{number}: not JSON: {exc}") from exc
-    return out
+    return [_decision(line, f"{path}:{number}") for number, line in enumerate(lines, 1) if line.strip()]
+
+
+def _decision(raw: bytes, where: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"{where}: not JSON: {exc}") from exc
+    if (
+        not isinstance(value, dict)
+        or not isinstance(value.get("id"), str)
+        or not isinstance(value.get("hash"), str)
+    ):
+        raise UsageError(f"{where}: not a decision record (a decision has a string id and hash)")
+    return value
 
 
 def write_jsonl(path: Path, items: Iterable[Any]) -> int:

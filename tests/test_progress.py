@@ -1,0 +1,549 @@
+"""No silent failure (issue 19): every poison record, revoke and restart ends in progress or a loud exit.
+
+On the in-memory broker (tests/memory_pipeline.py), each finding of issue 19 that
+needs no real broker has its scenario here, compared with `replay` of the same
+records (the deterministic reference); the property at the end folds adversarial
+records with a restart between every two and asks for byte-identical decisions.
+The findings that need Apache Kafka are in tests/chaos/test_chaos.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import REGISTRY
+
+from engine.config import Config
+from schemas import VERSION, records
+from streams.kafka import logio, topics
+from streams.kafka.memory import MemoryBroker
+from streams.pipeline import fold, outbox, snapshot, store, worker
+from streams.pipeline.controller import BadEvent
+from streams.pipeline.partitions import Partitions
+from streams.pipeline.worker import Stalled
+from streams.sim import simulator, traces
+from tests import test_fold_atomic
+from tests.memory_pipeline import Pipeline, batches
+
+SMALL_SNAPSHOTS = worker.SnapshotPolicy(min_events=50, events_per_object=0)
+TS = "2026-01-01T00:00:00Z"
+
+
+def _log(nodes: int = 12, cluster: str | None = None) -> list[dict[str, Any]]:
+    trace = traces.basic(nodes)
+    if cluster is not None:
+        trace = [dict(e, cluster=cluster) for e in trace]
+    return simulator.simulate(trace, Config()).log
+
+
+def _replayed(broker: MemoryBroker, partition: int = 0) -> list[bytes]:
+    """`replay` of the partition's records: what the worker must have published, byte for byte."""
+    events = logio.events_of(broker.messages(records.CLUSTER_EVENTS, partition), topic=records.CLUSTER_EVENTS)
+    return [records.encode(d) for d in fold.fold(events, Config()).decisions]
+
+
+def _published(broker: MemoryBroker, partition: int = 0) -> list[bytes]:
+    return [m.value for m in broker.messages(records.DECISIONS, partition)]
+
+
+def _nest(depth: int) -> str:
+    """A value nested `depth` lists deep, as a placeholder `_record` writes out (orjson would refuse)."""
+    return f"@@nest-{depth}@@"
+
+
+def _number(text: str) -> str:
+    """A JSON number written as is (orjson refuses integers beyond 64 bits), as a placeholder."""
+    return f"@@num-{text}@@"
+
+
+def _write(value: Any) -> bytes:
+    """JSON of `value`, the placeholders of `_nest` and `_number` written out as what they stand for."""
+
+    def expand(m: re.Match[bytes]) -> bytes:
+        if m[1] == b"nest":
+            return b"[" * int(m[2]) + b"1" + b"]" * int(m[2])
+        return m[2]
+
+    return re.sub(rb'"@@(nest|num)-([0-9eE+.-]+)@@"', expand, orjson.dumps(value))
+
+
+def _pod(name: str, extra: Any = None) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": f"{name}-uid", "resourceVersion": "1"},
+        "spec": {"priority": 0, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+        "status": {"phase": "Pending"},
+    }
+    if extra is not None:
+        pod["spec"]["extra"] = extra
+    return pod
+
+
+def _record(cluster: str, events: list[Any], key: bytes | None = None) -> tuple[bytes | None, bytes]:
+    value = _write({"v": VERSION, "cluster": cluster, "events": events})
+    return (cluster.encode() if key is None else key), value
+
+
+def _counter(name: str) -> float:
+    return sum(
+        s.value for m in REGISTRY.collect() if m.name == name for s in m.samples if s.name.endswith("_total")
+    )
+
+
+# ---- 1: an event nested too deep to encode is dead-lettered, the partition goes on ----------------
+
+
+def test_an_event_too_deep_to_encode_is_dead_lettered_by_reference(tmp_path: Path) -> None:
+    """Issue 19 #1: its dead letter's encoding raised, the agent restarted on it forever."""
+    log = _log()
+    recs = batches(log, per_record=7)
+    deep = {"ts": TS, "type": "ADDED", "object": {"kind": "Pod", "metadata": _nest(300)}}
+    p = Pipeline(tmp_path)
+    p.produce([recs[0], _record("default", [log[0], deep, log[1]]), *recs[1:]])
+    asyncio.run(p.feed())
+    assert not p.fatal
+    assert _published(p.broker) == _replayed(p.broker)
+    (dead,) = p.dead_letters()
+    headers = dict(dead.headers)
+    assert headers["value-omitted"] == b"unencodable" and headers["origin-index"] == b"1"
+    assert orjson.loads(dead.value)["origin"] == {
+        "topic": records.CLUSTER_EVENTS,
+        "partition": 0,
+        "offset": 1,
+        "index": 1,
+    }
+
+
+def test_a_dead_letter_that_cannot_be_built_becomes_a_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = outbox.dead_letter
+    calls: list[bytes | None] = []
+
+    def failing_once(**kwargs: Any) -> outbox.Outgoing:
+        calls.append(kwargs["value"])
+        if len(calls) == 1:
+            raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "a header that does not encode")
+        return real(**kwargs)
+
+    monkeypatch.setattr(outbox, "dead_letter", failing_once)
+    p = Pipeline(tmp_path)
+    p.produce([(b"default", b"not json"), *batches(_log(), per_record=7)])
+    asyncio.run(p.feed())
+    assert not p.fatal
+    (dead,) = p.dead_letters()
+    assert dict(dead.headers)["error"] == b"UnicodeEncodeError while dead-lettering"
+    assert calls == [b"not json", None]  # the fallback carries a reference, not the bytes
+    assert _published(p.broker) == _replayed(p.broker)
+
+
+def test_a_record_that_can_be_neither_folded_nor_dead_lettered_stops_the_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deliver 1: never a loop that looks healthy. The store keeps what was committed before."""
+
+    def broken(**kwargs: Any) -> outbox.Outgoing:
+        raise RuntimeError("a bug in the dead-letter path")
+
+    log = _log()
+    recs = batches(log, per_record=7)
+    p = Pipeline(tmp_path)
+    p.produce(recs[:3])
+    asyncio.run(p.run())
+    before = _counter("preemptctl_worker_stalls")
+    monkeypatch.setattr(outbox, "dead_letter", broken)
+    p.produce([(b"default", b"not json"), *recs[3:]])
+    asyncio.run(p.feed())
+    (exc,) = p.fatal
+    assert isinstance(exc, Stalled) and "offset 3" in str(exc)
+    assert _counter("preemptctl_worker_stalls") == before + 1
+    with store.Store(tmp_path / "cluster-events-0") as kept:
+        state = kept.state()
+        assert state is not None and state["position"] == 2  # nothing after the stall counts
+
+
+# ---- 2: a valid object too deep to store is rejected with its event, the store stays writable ------
+
+
+def test_an_object_too_deep_to_store_is_rejected_and_the_store_stays_writable(tmp_path: Path) -> None:
+    """Issue 19 #2: the object was folded, then "store write failed" at every commit."""
+    log = _log()
+    recs = batches(log, per_record=7)
+    deep = {"ts": TS, "type": "ADDED", "object": _pod("deep", _nest(records.MAX_OBJECT_DEPTH))}
+    failures = _counter("preemptctl_worker_store_write_failures")
+    p = Pipeline(tmp_path)
+    p.produce([recs[0], _record("default", [deep]), *recs[1:]])
+    asyncio.run(p.feed())
+    assert not p.fatal
+    assert _counter("preemptctl_worker_store_write_failures") == failures
+    (dead,) = p.dead_letters()
+    assert dict(dead.headers)["error-class"] == b"ObjectTooDeep"
+    assert _published(p.broker) == _replayed(p.broker)
+    with store.Store(tmp_path / "cluster-events-0") as kept:
+        state = kept.state()
+        assert state is not None and state["position"] == len(recs)
+
+
+def test_the_deepest_object_the_store_can_write_is_taken() -> None:
+    def parsed(depth: int) -> Any:
+        return orjson.loads(_write(_pod("p", _nest(depth))))
+
+    assert records.encode_object(parsed(records.MAX_OBJECT_DEPTH - 2))  # the pod's own levels: 2
+    with pytest.raises(records.ObjectTooDeep):
+        records.encode_object(parsed(records.MAX_OBJECT_DEPTH - 1))
+
+
+def test_a_store_that_cannot_be_written_stops_the_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full_disk(self: store.Store, *args: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store.Store, "write", full_disk)
+    p = Pipeline(tmp_path)
+    p.produce(batches(_log(), per_record=1))  # a commit per record: more than STORE_WRITE_ATTEMPTS
+    monkeypatch.setattr(worker, "CHECKPOINT_MAX_RECORDS", 1)
+    asyncio.run(p.feed())
+    (exc,) = p.fatal
+    assert isinstance(exc, Stalled) and "store writes failed in a row" in str(exc)
+
+
+# ---- 3: a revoked worker continues in memory only when nobody published since --------------------
+
+
+async def _opened(parts: Partitions) -> None:
+    while parts.opening:
+        await asyncio.gather(*parts.opening.values())
+
+
+@pytest.mark.parametrize("transactional", [True, False], ids=["exactly-once", "at-least-once"])
+def test_a_paused_worker_given_its_partition_back_publishes_nothing_twice(
+    tmp_path: Path, transactional: bool
+) -> None:
+    """Issue 19 #3: A is paused and revoked, B takes the partition, publishes and leaves; A returns."""
+    log = _log(20)
+    recs = batches(log, per_record=5)
+    third = len(recs) // 3
+    broker = MemoryBroker()
+    a = Pipeline(tmp_path / "a", broker=broker, transactional=transactional)
+    b = Pipeline(tmp_path / "b", broker=broker, transactional=transactional)
+
+    async def scenario() -> None:
+        pa = Partitions(a.setup, on_fatal=a.fatal.append)
+        a.produce(recs[:third])
+        await pa.assign([0])
+        await _opened(pa)
+        await pa.revoke([0])  # A's session ran out while it was paused
+        b.produce(recs[third : 2 * third])
+        pb = Partitions(b.setup, on_fatal=b.fatal.append)
+        await pb.assign([0])
+        await _opened(pb)  # B folds and publishes what A has not seen
+        await pb.close()  # ... and leaves: the partition goes back to A
+        a.produce(recs[2 * third :])
+        await pa.assign([0])
+        for m in broker.messages(records.CLUSTER_EVENTS):
+            await pa.handle(0, m.offset, m.key, m.value)
+        await pa.close()
+
+    asyncio.run(scenario())
+    assert not a.fatal and not b.fatal
+    assert _published(broker) == _replayed(broker)  # none lost, none doubled, same bytes
+
+
+@pytest.mark.parametrize("transactional", [True, False], ids=["exactly-once", "at-least-once"])
+def test_a_worker_given_its_partition_back_untouched_continues_in_memory(
+    tmp_path: Path, transactional: bool
+) -> None:
+    recs = batches(_log(20), per_record=5)
+    p = Pipeline(tmp_path, transactional=transactional)
+
+    async def scenario() -> None:
+        parts = Partitions(p.setup, on_fatal=p.fatal.append)
+        p.produce(recs[: len(recs) // 2])
+        await parts.assign([0])
+        await _opened(parts)
+        kept = parts.workers[0]
+        await parts.revoke([0])
+        await parts.assign([0])  # nobody owned it meanwhile
+        await _opened(parts)
+        assert parts.workers[0] is kept
+        p.produce(recs[len(recs) // 2 :])
+        for m in p.broker.messages(records.CLUSTER_EVENTS):
+            await parts.handle(0, m.offset, m.key, m.value)
+        await parts.close()
+
+    resumed = _counter("preemptctl_worker_resumed")
+    asyncio.run(scenario())
+    assert _counter("preemptctl_worker_resumed") == resumed + 1
+    assert _published(p.broker) == _replayed(p.broker)
+
+
+# ---- 4, 5: cluster names, one rule everywhere; prefix-free store keys -----------------------------
+
+
+def test_a_cluster_whose_name_prefixes_another_keeps_its_own_objects_after_a_restart(tmp_path: Path) -> None:
+    """Issue 19 #4: `obj/a/` matched cluster `a/b`'s keys: after a restart `a` decided on `a/b`'s nodes."""
+    small, large = _log(8, "a"), _log(30, "a/b")
+    p = Pipeline(tmp_path)
+    first = [*batches(large, cluster="a/b", per_record=50), *batches(small[: len(small) // 2], cluster="a")]
+    p.produce(first)
+    asyncio.run(p.run())  # the store now holds both clusters
+    p.produce(batches(small[len(small) // 2 :], cluster="a"))
+    asyncio.run(p.run())  # restored from the store, then folds a's rest
+    assert _published(p.broker) == _replayed(p.broker)
+    with store.Store(tmp_path / "cluster-events-0") as kept:
+        nodes_of_a = {o["metadata"]["name"] for o in kept.objects("a") if o["kind"] == "Node"}
+        assert nodes_of_a == _node_names(small)
+
+
+def _node_names(log: list[dict[str, Any]]) -> set[str]:
+    return {e["object"]["metadata"]["name"] for e in log if e.get("object", {}).get("kind") == "Node"}
+
+
+def _old_layout(path: Path, clusters: dict[str, list[dict[str, Any]]]) -> None:
+    """A store as the old code wrote it: `obj/<cluster>/<Kind>/<key>`, the name unescaped, no layout."""
+    from rocksdict import Options, Rdict
+
+    from streams.pipeline.controller import Controller
+
+    db = Rdict(str(path), Options(raw_mode=True))
+    states = {}
+    for name, log in clusters.items():
+        ctl = Controller(name, Config())
+        for e in log:
+            ctl.handle(e)
+        for key, value in ctl.take_dirty().items():
+            if value is not None:
+                db[f"obj/{name}/{key}".encode()] = value
+        states[name] = ctl.state()
+    db[b"meta/state"] = orjson.dumps({"position": 0, "fingerprint": "", "clusters": states})
+    db.close()
+
+
+def test_an_old_layout_store_is_migrated_when_its_clusters_can_be_told_apart(tmp_path: Path) -> None:
+    a, b = _log(8, "a"), _log(9, "b/c")
+    path = tmp_path / "s"
+    path.mkdir()
+    _old_layout(path, {"a": a, "b/c": b})
+    with store.Store(path) as s:
+        s.migrated()
+        assert {o["metadata"]["name"] for o in s.objects("b/c") if o["kind"] == "Node"} == _node_names(b)
+        state = s.state()
+        assert state is not None and state["layout"] == store.LAYOUT
+
+
+def test_an_old_layout_store_of_prefix_sharing_clusters_is_discarded(tmp_path: Path) -> None:
+    a, ab = _log(8, "a"), _log(9, "a/b")
+    path = tmp_path / "s"
+    path.mkdir()
+    _old_layout(path, {"a": a, "a/b": ab})
+    with store.Store(path) as s, pytest.raises(store.Unmigratable):
+        s.migrated()
+
+
+def test_an_empty_cluster_name_is_rejected_by_every_stage(tmp_path: Path) -> None:
+    """Issue 19 #5: key b"" gave decision ids "/4/uid" in the worker and "default/4/uid" in replay."""
+    log = _log()
+    p = Pipeline(tmp_path)
+    p.produce([_record("", log[:40]), *batches(log, per_record=9)])
+    asyncio.run(p.feed())
+    (dead,) = p.dead_letters()
+    assert dict(dead.headers)["error"] == b"empty cluster name"
+    assert _published(p.broker) == _replayed(p.broker)
+    with pytest.raises(BadEvent, match="empty cluster name"):
+        fold.Fleet(Config()).handle(dict(log[0], cluster=""))
+
+
+@pytest.mark.parametrize("name", ["", "x" * 254, "é" * 127, "a\nb", "tab\there"])
+def test_invalid_cluster_names(name: str) -> None:
+    assert records.cluster_problem(name)
+
+
+@pytest.mark.parametrize("name", ["a", "a/b", "a%2Fb", "arn:aws:eks:eu-west-1:1:cluster/prod", "x" * 253])
+def test_valid_cluster_names_get_prefix_free_keys(name: str) -> None:
+    assert records.cluster_problem(name) is None
+    others = ["a", "a/b", "a%2Fb", "a%", "a/"]
+    for other in others:
+        if other != name:
+            assert not store.cluster_prefix(other).startswith(store.cluster_prefix(name))
+
+
+# ---- 6: a garbage snapshot manifest is passed over ----------------------------------------------------
+
+
+@pytest.mark.parametrize("with_store", [True, False], ids=["store", "no-store"])
+def test_garbage_snapshot_manifests_are_passed_over(tmp_path: Path, with_store: bool) -> None:
+    """Issue 19 #6: a garbage record under the manifest key kept the partition offline for good."""
+    log = _log(30)
+    recs = batches(log, per_record=10)
+    p = Pipeline(tmp_path, snapshots=SMALL_SNAPSHOTS)
+    p.produce(recs[: len(recs) // 2])
+    asyncio.run(p.run())
+    good = asyncio.run(snapshot.latest(p.broker, 0))
+    assert good is not None
+    manifest = dict(good.to_json())
+    for garbage in (
+        b"not json",
+        b"[]",
+        orjson.dumps({**manifest, "position": "x"}),
+        orjson.dumps({**manifest, "chunks": [{"offset": -1, "sha256": "0"}]}),
+        orjson.dumps({**manifest, "partition": 5}),
+    ):
+        p.broker.append(topics.SNAPSHOTS, 0, snapshot.manifest_key(0), garbage)
+    assert asyncio.run(snapshot.latest(p.broker, 0)) == good
+    if not with_store:
+        shutil.rmtree(tmp_path / "cluster-events-0")
+    p.produce(recs[len(recs) // 2 :])
+    asyncio.run(p.feed())
+    assert not p.fatal
+    assert _published(p.broker) == _replayed(p.broker)
+
+
+def test_a_snapshot_whose_state_does_not_decode_falls_back_to_the_previous(tmp_path: Path) -> None:
+    log = _log(30)
+    recs = batches(log, per_record=10)
+    p = Pipeline(tmp_path, snapshots=SMALL_SNAPSHOTS)
+    p.produce(recs[: len(recs) // 2])
+    asyncio.run(p.run())
+    good = asyncio.run(snapshot.latest(p.broker, 0))
+    assert good is not None
+    # A manifest whose one chunk has the right key and digest but is not zlib: a writer's bug.
+    junk = b"\x00garbage"
+    position = good.position + 1
+    offset = p.broker.append(topics.SNAPSHOTS, 0, snapshot.chunk_key(0, position, 0), junk)
+    bad = snapshot.Manifest(
+        0, position, (snapshot.Chunk(offset, hashlib.sha256(junk).hexdigest()),), good.alone()
+    )
+    p.broker.append(topics.SNAPSHOTS, 0, snapshot.manifest_key(0), orjson.dumps(bad.to_json()))
+    shutil.rmtree(tmp_path / "cluster-events-0")
+    skipped = _counter("preemptctl_worker_unreadable_snapshots")
+    p.produce(recs[len(recs) // 2 :])
+    asyncio.run(p.feed())
+    assert not p.fatal
+    assert _counter("preemptctl_worker_unreadable_snapshots") == skipped + 1
+    assert _published(p.broker) == _replayed(p.broker)
+
+
+# ---- 9: tombstones and oversized envelopes -------------------------------------------------------------
+
+
+def test_a_record_without_value_is_dead_lettered(tmp_path: Path) -> None:
+    """Issue 19 #9: a key with no value crashed the processing loop (len(None))."""
+    p = Pipeline(tmp_path)
+    recs = batches(_log(), per_record=9)
+
+    async def scenario() -> None:
+        parts = Partitions(p.setup, on_fatal=p.fatal.append)
+        await parts.assign([0])
+        await parts.handle(0, 0, b"default", None)  # as faust hands a tombstone over
+        for n, (key, value) in enumerate(recs, 1):
+            await parts.handle(0, n, key, value)
+        await parts.close()
+
+    asyncio.run(scenario())
+    assert not p.fatal
+    (dead,) = p.dead_letters()
+    assert dead.value == b"" and dict(dead.headers)["error"] == b"the record has no value (a tombstone)"
+    assert len(p.decisions()) == len(fold.fold(_log(), Config()).decisions)
+
+
+def test_a_record_with_too_many_events_is_dead_lettered_whole(tmp_path: Path) -> None:
+    """Issue 19 #9: 100,000 invalid events cost ~10 s and 100,000 dead letters."""
+    p = Pipeline(tmp_path)
+    log = _log()
+    many = [{"ts": TS, "type": "BOGUS"}] * (records.MAX_EVENTS_PER_RECORD + 1)
+    p.produce([_record("default", many), *batches(log, per_record=9)])
+    asyncio.run(p.feed())
+    (dead,) = p.dead_letters()
+    assert dict(dead.headers)["error-class"] == b"DecodeError" and "origin-index" not in dict(dead.headers)
+    assert _published(p.broker) == _replayed(p.broker)
+
+
+# ---- the property: adversarial records, restarts between them, decisions byte-identical to replay ----
+
+CLUSTERS = ("default", "a", "a/b", "a%2Fb", "", "a/")
+
+
+def _adversarial_event(draw: st.DrawFn) -> Any:
+    kind = draw(st.sampled_from(["deep", "deep-object", "huge-number", "quantity", "long-name", "junk"]))
+    if kind == "deep":
+        return draw(st.sampled_from([_nest(300), {"ts": TS, "type": "TICK", "x": _nest(260)}]))
+    if kind == "deep-object":
+        return {"ts": TS, "type": "ADDED", "object": _pod("deep", _nest(draw(st.integers(250, 400))))}
+    if kind == "huge-number":
+        pod = _pod("huge")
+        pod["spec"]["priority"] = _number(draw(st.sampled_from(["1" + "0" * 30, "-1e400", "1e308", "2e63"])))
+        return {"ts": TS, "type": "ADDED", "object": pod}
+    if kind == "quantity":
+        pod = _pod("q")
+        quantity = draw(
+            st.sampled_from(["1e20000000", "1e999999999", "9" * 70, "8Ei", "-1e-200", _number("1e25")])
+        )
+        pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = quantity
+        return {"ts": TS, "type": "ADDED", "object": pod}
+    if kind == "long-name":
+        pod = _pod("n")
+        pod["metadata"]["uid"] = "u" * draw(st.sampled_from([254, 5000]))
+        return {"ts": TS, "type": "ADDED", "object": pod}
+    return draw(st.sampled_from(test_fold_atomic._garbage(TS)))
+
+
+@st.composite
+def adversarial_records(draw: st.DrawFn) -> list[tuple[bytes | None, bytes]]:
+    """Records of good logs for clusters with prefix-sharing and invalid names, with poison in between."""
+    logs = {c: iter(draw(test_fold_atomic.good_logs())) for c in draw(st.sets(st.sampled_from(CLUSTERS)))}
+    out: list[tuple[bytes | None, bytes]] = []
+    for _ in range(draw(st.integers(1, 10))):
+        shape = draw(st.sampled_from(["good", "good", "mixed", "bytes", "tombstone", "wrong-key"]))
+        if shape == "bytes":
+            out.append(
+                (b"a", draw(st.sampled_from([b"\xff\xfe\x00", b'{"v":1,"cluster":"a","events":[\xff]}'])))
+            )
+            continue
+        if shape == "tombstone":
+            out.append((draw(st.sampled_from([b"a", b"", None])), b""))
+            continue
+        if not logs:
+            continue
+        cluster = draw(st.sampled_from(sorted(logs)))
+        events: list[Any] = [e for _, e in zip(range(draw(st.integers(0, 8))), logs[cluster], strict=False)]
+        if shape == "mixed":
+            for _ in range(draw(st.integers(1, 3))):
+                events.insert(draw(st.integers(0, len(events))), _adversarial_event(draw))
+        key, value = _record(cluster, events)
+        out.append((b"other" if shape == "wrong-key" else key, value))
+    return out
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.data_too_large,
+    ],
+)
+@given(recs=adversarial_records(), lose_store=st.lists(st.booleans(), min_size=10, max_size=10))
+def test_adversarial_records_with_restarts_between_give_the_replayed_decisions(
+    tmp_path_factory: pytest.TempPathFactory, recs: list[tuple[bytes | None, bytes]], lose_store: list[bool]
+) -> None:
+    """Acceptance: no event of any shape, size or nesting, in any place, stops a partition."""
+    p = Pipeline(tmp_path_factory.mktemp("store"), snapshots=SMALL_SNAPSHOTS)
+    for n, rec in enumerate(recs):
+        p.produce([rec])
+        if lose_store[n % len(lose_store)]:
+            shutil.rmtree(p.store_dir / "cluster-events-0", ignore_errors=True)  # the pod lost its disk
+        asyncio.run(p.run())  # a restart: open from the store or a snapshot, fold to the end, close
+        assert not p.fatal, p.fatal
+    assert _published(p.broker) == _replayed(p.broker)
