@@ -26,6 +26,7 @@ from streams.common.health import Health, RouteServer
 from streams.kafka import topics
 from streams.kafka.deadletter import Origin
 from streams.pipeline import fold, outbox, snapshot, tables
+from streams.pipeline import worker as worker_mod
 from streams.pipeline.faults import Faults
 from streams.pipeline.partitions import Partitions
 from streams.pipeline.worker import CHECKPOINT_INTERVAL_S, PartitionWorker, SnapshotPolicy
@@ -190,17 +191,32 @@ def test_a_worker_without_store_recovers_from_the_snapshot(tmp_path: Path) -> No
     assert all(start > 0 for topic, start in p.reads if topic == records.DECISIONS)
 
 
-def test_retention_deleting_the_head_changes_no_decision(tmp_path: Path) -> None:
+@pytest.mark.parametrize("commit_every_record", [False, True], ids=["timer", "loaded-machine"])
+def test_retention_deleting_the_head_changes_no_decision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, commit_every_record: bool
+) -> None:
+    """Retention by age deletes, in both topics, what is older than the latest snapshot.
+
+    Issue 19 #11: this test deleted every decision, those published after the snapshot
+    too, and expected none to be published again. That held only while the snapshot fell
+    on the last record, i.e. while all of the first part was folded within one commit
+    interval: on a loaded machine the timer commits (and snapshots) earlier, and the
+    worker rightly re-published the decisions after its snapshot that the test had
+    deleted. `loaded-machine` commits after every record, as such a machine does.
+    """
+    if commit_every_record:
+        monkeypatch.setattr(worker_mod, "CHECKPOINT_INTERVAL_S", 0.0)
     log = _log()
     p = _snapshotted(tmp_path, log, 2000)
     manifest = asyncio.run(snapshot.latest(p.broker, 0))
     assert manifest is not None
+    state, _ = asyncio.run(snapshot.load(p.broker, manifest))
     p.broker.delete_before(records.CLUSTER_EVENTS, 0, manifest.position + 1)
-    published = len(p.decisions())
-    p.broker.delete_before(records.DECISIONS, 0, 10**9)  # every decision expired too
+    expired = int(state["decisionsNext"])  # the decisions published before the snapshot's commit
+    p.broker.delete_before(records.DECISIONS, 0, expired)
     shutil.rmtree(p.store_dir)
     asyncio.run(p.run())
-    assert p.decisions() == _reference(log)[published:]
+    assert p.decisions() == _reference(log)[expired:]
 
 
 def test_all_decisions_expired_is_not_a_store_ahead(tmp_path: Path) -> None:
