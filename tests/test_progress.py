@@ -27,6 +27,7 @@ from schemas import VERSION, records
 from streams.kafka import logio, topics
 from streams.kafka.memory import MemoryBroker
 from streams.pipeline import fold, outbox, snapshot, store, worker
+from streams.pipeline import partitions as partitions_mod
 from streams.pipeline.controller import BadEvent
 from streams.pipeline.partitions import Partitions
 from streams.pipeline.worker import Stalled
@@ -547,3 +548,62 @@ def test_adversarial_records_with_restarts_between_give_the_replayed_decisions(
         asyncio.run(p.run())  # a restart: open from the store or a snapshot, fold to the end, close
         assert not p.fatal, p.fatal
     assert _published(p.broker) == _replayed(p.broker)
+
+
+# ---- 7: a partition that exists but that no worker of the group owns ------------------------------
+
+
+def _member(topic: str, partitions: list[int]) -> tuple[str, str, str, bytes, bytes]:
+    from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+
+    assignment = ConsumerProtocolMemberAssignment(0, [(topic, partitions)], b"").encode()
+    return ("m", "c", "/127.0.0.1", b"", assignment)
+
+
+def test_unowned_partitions_are_those_in_no_members_assignment() -> None:
+    from streams.kafka import ownership
+
+    topic = records.CLUSTER_EVENTS
+    group = [(0, "g", "Stable", "consumer", "faust", [_member(topic, [0, 2]), _member("other", [1])])]
+    assert ownership.unowned_of({0, 1, 2, 3}, group, group="g", topic=topic) == {1, 3}
+    assert ownership.unowned_of(
+        {0, 1}, [(0, "g", "Stable", "consumer", "faust", [])], group="g", topic=topic
+    ) == {
+        0,
+        1,
+    }
+    rebalancing = [(0, "g", "PreparingRebalance", "consumer", "faust", [])]
+    assert ownership.unowned_of({0}, rebalancing, group="g", topic=topic) is None
+
+
+def test_an_unowned_partition_makes_the_worker_unready_then_stops_it(tmp_path: Path) -> None:
+    """Issue 19 #7: the topic re-created under the group left every worker ready with nothing to do."""
+    from streams.common.health import Health
+
+    p = Pipeline(tmp_path)
+    health = Health("worker")
+    parts = Partitions(p.setup, health=health, on_fatal=p.fatal.append)
+    asyncio.run(parts.assign([]))  # the assignment after the topic was deleted
+    assert health.ready
+    parts.owners_seen(None, now=0.0)  # rebalancing: nothing to say yet
+    assert health.ready
+    parts.owners_seen({0}, now=1.0)  # the topic is back, its partition in nobody's assignment
+    assert not health.ready and not p.fatal
+    parts.owners_seen({0}, now=1.0 + partitions_mod.UNOWNED_GRACE_S - 1)
+    assert not p.fatal
+    parts.owners_seen({0}, now=1.0 + partitions_mod.UNOWNED_GRACE_S)
+    (exc,) = p.fatal
+    assert isinstance(exc, Stalled) and "no owner in the group" in str(exc)
+
+
+def test_an_owned_partition_again_makes_the_worker_ready(tmp_path: Path) -> None:
+    from streams.common.health import Health
+
+    p = Pipeline(tmp_path)
+    health = Health("worker")
+    parts = Partitions(p.setup, health=health, on_fatal=p.fatal.append)
+    asyncio.run(parts.assign([]))
+    parts.owners_seen({0}, now=1.0)
+    parts.owners_seen(set(), now=2.0)  # another worker took it
+    parts.owners_seen({0}, now=2.0 + partitions_mod.UNOWNED_GRACE_S)  # a new episode starts here
+    assert not p.fatal and not health.ready

@@ -62,6 +62,10 @@ async def measure(
     lag = {}
     for tp in partitions:
         done = committed[tp].offset if tp in committed else -1
+        if done > ends[tp]:
+            # Committed past the end: on an earlier incarnation of the topic (deleted and
+            # re-created). The group resumes at the start of this one: all of it is to do.
+            done = -1
         # Never committed (-1), or committed before what retention has since deleted: the
         # group resumes at the log start, so everything from there on is still to do.
         done = max(done, starts[tp])

@@ -28,17 +28,20 @@ import asyncio
 import functools
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import faust
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 from engine import config as config_mod
 from schemas import records
 from streams.common import health as health_mod
 from streams.common import logs, options, signing
 from streams.common.errors import UsageError
-from streams.kafka import connection, lag
+from streams.kafka import connection, lag, ownership
 from streams.kafka import topics as kafka_topics
 from streams.kafka.reading import PartitionReader
 from streams.pipeline import metrics, tables, transport
@@ -63,6 +66,9 @@ HEARTBEAT_S = 1.0
 COMMIT_INTERVAL_S = 1.0
 # faust's data directory, inside --store-dir (the partitions' stores are cluster-events-N beside it).
 FAUST_DATADIR = "faust"
+# How often the worker asks the broker which cluster-events partitions its group owns
+# (streams.kafka.ownership): two small requests; an orphaned partition is noticed this late.
+OWNERSHIP_CHECK_INTERVAL_S = 10.0
 # The process exits with this code when it must stop publishing (fenced by another
 # worker) or cannot open a partition: its supervisor restarts it.
 EXIT_FATAL = 3
@@ -189,6 +195,22 @@ def build_app(
 
     app.timer(interval=CHECKPOINT_INTERVAL_S)(commit_due)
 
+    admin: list[AIOKafkaAdminClient] = []  # started on first use, stopped at shutdown
+
+    async def check_ownership() -> None:
+        try:
+            if not admin:
+                client = kafka.admin()  # with the worker's client security settings
+                await client.start()
+                admin.append(client)
+            unowned = await ownership.unowned(admin[0], group=app_id, topic=records.CLUSTER_EVENTS)
+        except (KafkaError, OSError) as exc:
+            log.warning("could not check which partitions the group owns (%s); again later", exc)
+            return
+        partitions.owners_seen(unowned, now=time.monotonic())
+
+    app.timer(interval=OWNERSHIP_CHECK_INTERVAL_S)(check_ownership)
+
     @app.agent(events_topic)
     async def fold(stream: Any) -> None:
         async for event in stream.events():
@@ -217,6 +239,8 @@ def build_app(
         await partitions.close()
         for producer in shared:
             await producer.stop()
+        for client in admin:
+            await client.close()
 
     return app
 

@@ -25,6 +25,12 @@
   owned it meanwhile (this one was paused, or away from the group), and its
   in-memory position is stale: it is reopened from its store, which reads what
   the other one published (issue 19: 89 of 254 decisions were published twice).
+- `owners_seen`, every OWNERSHIP_CHECK_INTERVAL_S, takes the partitions of
+  cluster-events that exist but no member of the group holds (streams.kafka.
+  ownership): while there are any the process is not ready and exports
+  preemptctl_worker_unowned_partitions; after UNOWNED_GRACE_S it exits
+  (EXIT_STALLED) so that its restart subscribes afresh (a topic deleted and
+  re-created under the group left every worker with nothing, looking healthy).
 - A partition that cannot make progress (Stalled: a record that can be neither
   folded nor dead-lettered, a store that cannot be written) stops the process
   with its own exit code (streams.pipeline.app.EXIT_STALLED), counted in
@@ -39,7 +45,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from aiokafka.errors import KafkaError
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from schemas import records
 from streams.common.health import Health
@@ -61,6 +67,15 @@ REOPEN_BACKOFF_MAX_S = 16.0
 # revoked, someone else owned the partition meanwhile.
 OUTPUTS = (records.DECISIONS, records.DEAD_LETTER, topics.SNAPSHOTS)
 
+# How long a partition may exist with no owner in the group before this process exits to
+# re-subscribe: a rebalance (session timeout, join, sync) takes a few session timeouts at most.
+UNOWNED_GRACE_S = 60.0
+
+UNOWNED = Gauge(
+    "preemptctl_worker_unowned_partitions",
+    "cluster-events partitions that exist but no member of the worker's group owns (the group as "
+    "the broker describes it).",
+)
 STALLS = Counter(
     "preemptctl_worker_stalls_total",
     "Partitions that could not make progress (the process exits with code 4 right after).",
@@ -93,6 +108,8 @@ class Partitions:
         # Revoked workers kept aside, with the ends of OUTPUTS after their last commit.
         self.suspended: dict[int, tuple[PartitionWorker, tuple[int, ...]]] = {}
         self.assigned = False
+        self.unowned: set[int] = set()
+        self._unowned_since: float | None = None
 
     # ---- the transport's calls -------------------------------------------------------------
 
@@ -328,4 +345,35 @@ class Partitions:
 
     def _update_ready(self) -> None:
         if self.health is not None:
-            self.health.set_ready(self.assigned and not self.opening)
+            self.health.set_ready(self.assigned and not self.opening and not self.unowned)
+
+    def owners_seen(self, unowned: set[int] | None, *, now: float) -> None:
+        """The partitions no member of the group owns (None: the group is rebalancing), seen at `now`.
+
+        Not ready while there are any; past UNOWNED_GRACE_S, the process stops (Stalled) for
+        its restart to subscribe again.
+        """
+        if unowned is None:
+            return  # a rebalance under way: assignments are empty by design
+        self.unowned = set(unowned)
+        UNOWNED.set(len(self.unowned))
+        if not self.unowned:
+            self._unowned_since = None
+        elif self._unowned_since is None:
+            self._unowned_since = now
+            log.error(
+                "cluster-events partitions %s exist but no worker of the group owns them",
+                sorted(self.unowned),
+            )
+        elif now - self._unowned_since >= UNOWNED_GRACE_S:
+            first = min(self.unowned)
+            self._update_ready()
+            self._stalled(
+                Stalled(
+                    first,
+                    f"partitions {sorted(self.unowned)} have had no owner in the group for "
+                    f"{now - self._unowned_since:.0f}s (was the topic re-created?): re-subscribing",
+                )
+            )
+            return
+        self._update_ready()

@@ -101,12 +101,14 @@ async def ready(port: int) -> bool:
 async def stop(process: asyncio.subprocess.Process, log: Path | None = None) -> str:
     """SIGTERM, as a kubelet stops a container: a clean exit (0); returns what it logged."""
     process.send_signal(signal.SIGTERM)
+    _t0 = time.monotonic()
     try:
         _, stderr = await asyncio.wait_for(process.communicate(), START_TIMEOUT_S)
     except TimeoutError:
         logged = log.read_text(errors="replace")[-3000:] if log else ""
         raise AssertionError(f"no exit {START_TIMEOUT_S:g}s after SIGTERM\n{logged}") from None
     logged = log.read_text(errors="replace") if log else stderr.decode()
+    print(f"STOP took {time.monotonic() - _t0:.1f}s")
     assert process.returncode == 0, logged[-3000:]
     return logged
 
