@@ -607,3 +607,37 @@ def test_an_owned_partition_again_makes_the_worker_ready(tmp_path: Path) -> None
     parts.owners_seen(set(), now=2.0)  # another worker took it
     parts.owners_seen({0}, now=2.0 + partitions_mod.UNOWNED_GRACE_S)  # a new episode starts here
     assert not p.fatal and not health.ready
+
+
+def test_a_process_that_did_not_run_for_a_session_timeout_folds_nothing_before_its_next_assignment(
+    tmp_path: Path,
+) -> None:
+    """At least once has no fencing: resumed, A's consumer still hands it records B has folded."""
+    recs = batches(_log(20), per_record=5)
+    half = len(recs) // 2
+    broker = MemoryBroker()
+    a = Pipeline(tmp_path / "a", broker=broker, transactional=False)
+    b = Pipeline(tmp_path / "b", broker=broker, transactional=False)
+    now = [0.0]
+
+    async def scenario() -> None:
+        pa = Partitions(a.setup, on_fatal=a.fatal.append, session_timeout_s=6.0, clock=lambda: now[0])
+        a.produce(recs[:half])
+        await pa.assign([0])
+        for m in broker.messages(records.CLUSTER_EVENTS):
+            await pa.handle(0, m.offset, m.key, m.value)
+        now[0] += 30.0  # SIGSTOP: the group moves on without A
+        b.produce(recs[half:])
+        pb = Partitions(b.setup, on_fatal=b.fatal.append)
+        await pb.assign([0])
+        await _opened(pb)
+        await pb.close()
+        for m in broker.messages(records.CLUSTER_EVENTS)[half:]:  # what A's consumer fetches on waking
+            await pa.handle(0, m.offset, m.key, m.value)
+        assert not pa.workers
+        await pa.assign([0])  # the rebalance gives the partition back
+        await _opened(pa)
+        await pa.close()
+
+    asyncio.run(scenario())
+    assert _published(broker) == _replayed(broker)

@@ -172,7 +172,7 @@ def build_app(
         logging.shutdown()
         os._exit(code)
 
-    partitions = Partitions(setup, health=health, on_fatal=fatal)
+    partitions = Partitions(setup, health=health, on_fatal=fatal, session_timeout_s=session_timeout)
 
     if health_port is not None:
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 from aiokafka.errors import KafkaError
@@ -99,10 +100,17 @@ class Partitions:
         *,
         health: Health | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
+        session_timeout_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.setup = setup
         self.health = health
         self.on_fatal = on_fatal
+        # A process that did not run for this long (paused, swapped out) has lost its group
+        # membership: the broker gave its partitions away. None: never assume so.
+        self.session_timeout_s = session_timeout_s
+        self._clock = clock
+        self._alive = clock()  # when this process last ran (the commit timer ticks every 0.2 s)
         self.workers: dict[int, PartitionWorker] = {}
         self.opening: dict[int, asyncio.Task[PartitionWorker | None]] = {}
         # Revoked workers kept aside, with the ends of OUTPUTS after their last commit.
@@ -164,6 +172,31 @@ class Partitions:
         async with self.setup.reader() as reader:
             return tuple([(await reader.bounds(topic, partition))[1] for topic in OUTPUTS])
 
+    async def _woke_up(self) -> bool:
+        """Did this process just resume after not running for a session timeout? Then suspend.
+
+        Its consumer still believes in its assignment and would hand over records the group
+        has since given to another worker: folding them would publish that worker's decisions
+        again (at_least_once has no fencing). Every partition is revoked here as the rebalance
+        would; the rebalance that follows gives back what is ours (`assign`: in memory when
+        nobody published meanwhile, else reopened).
+        """
+        now = self._clock()
+        asleep, self._alive = now - self._alive, now
+        if self.session_timeout_s is None or asleep < self.session_timeout_s:
+            return False
+        held = sorted({*self.workers, *self.opening})
+        log.warning(
+            "this process did not run for %.1fs (over the %.0fs session timeout): partitions %s "
+            "are suspended until the group assigns them again",
+            asleep,
+            self.session_timeout_s,
+            held,
+        )
+        self.assigned = False  # not ready until the group assigns again
+        await self.revoke(held)
+        return True
+
     def position(self, partition: int) -> int | None:
         """The last offset folded in `partition`; None while it is not open here."""
         worker = self.workers.get(partition)
@@ -171,6 +204,8 @@ class Partitions:
 
     async def handle(self, partition: int, offset: int, key: bytes | None, value: bytes) -> None:
         """Fold one record of an assigned partition (records of others are ignored)."""
+        if await self._woke_up():
+            return  # its partitions are suspended until the group gives them back
         worker = await self._worker(partition)
         if worker is None:
             return
@@ -196,6 +231,8 @@ class Partitions:
 
     async def tick(self) -> None:
         """Commit what is due (streams.pipeline.worker.CHECKPOINT_INTERVAL_S): called on a timer."""
+        if await self._woke_up():
+            return
         for partition, worker in sorted(self.workers.items()):
             if not worker.commit_due():
                 continue
