@@ -39,6 +39,7 @@ METRIC_MODULES = (
     "streams.kafka.lag",
     "streams.pipeline.metrics",
     "streams.pipeline.worker",
+    "streams.pipeline.partitions",
     "streams.kube.actuator",
     "streams.kube.eviction",
     "streams.kube.lease",

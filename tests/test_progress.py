@@ -641,3 +641,32 @@ def test_a_process_that_did_not_run_for_a_session_timeout_folds_nothing_before_i
 
     asyncio.run(scenario())
     assert _published(broker) == _replayed(broker)
+
+
+def test_the_group_lag_counts_an_offset_committed_past_the_end_as_nothing_done() -> None:
+    """Issue 19 #7: after the topic was re-created the group's old offset hid the new log's lag."""
+    from aiokafka import TopicPartition
+    from aiokafka.structs import OffsetAndMetadata
+
+    from streams.kafka import lag
+
+    topic = records.CLUSTER_EVENTS
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+
+    class Admin:
+        async def describe_topics(self, names: list[str]) -> list[dict[str, Any]]:
+            return [{"topic": topic, "error_code": 0, "partitions": [{"partition": 0}, {"partition": 1}]}]
+
+        async def list_consumer_group_offsets(self, group: str, partitions: Any) -> dict[Any, Any]:
+            # Partition 0: committed on the old topic, far past the new log's end. 1: caught up.
+            return {tps[0]: OffsetAndMetadata(5000, ""), tps[1]: OffsetAndMetadata(40, "")}
+
+    class Consumer:
+        async def end_offsets(self, partitions: Any) -> dict[Any, int]:
+            return {tps[0]: 120, tps[1]: 40}
+
+        async def beginning_offsets(self, partitions: Any) -> dict[Any, int]:
+            return {tps[0]: 0, tps[1]: 0}
+
+    measured = asyncio.run(lag.measure(Admin(), Consumer(), group="g", topic=topic))  # type: ignore[arg-type]
+    assert measured == {0: 120, 1: 0}

@@ -46,6 +46,7 @@ from streams.kafka import topics as kafka_topics
 from streams.kafka.reading import PartitionReader
 from streams.pipeline import metrics, tables, transport
 from streams.pipeline import outbox as outbox_mod
+from streams.pipeline import partitions as partitions_mod
 from streams.pipeline.faults import NONE, Faults
 from streams.pipeline.fold import tune_gc
 from streams.pipeline.outbox import KafkaOutbox, Outbox
@@ -114,6 +115,7 @@ def build_app(
     session_timeout: float = SESSION_TIMEOUT_S,
     faults: Faults = NONE,
     snapshots: SnapshotPolicy | None = None,
+    unowned_grace_s: float = partitions_mod.UNOWNED_GRACE_S,
 ) -> faust.App:
     transport.register()
     kafka = connection.of(kafka)
@@ -172,7 +174,13 @@ def build_app(
         logging.shutdown()
         os._exit(code)
 
-    partitions = Partitions(setup, health=health, on_fatal=fatal, session_timeout_s=session_timeout)
+    partitions = Partitions(
+        setup,
+        health=health,
+        on_fatal=fatal,
+        session_timeout_s=session_timeout,
+        unowned_grace_s=unowned_grace_s,
+    )
 
     if health_port is not None:
 
@@ -282,6 +290,7 @@ def cmd(args: argparse.Namespace) -> int:
         snapshots=SnapshotPolicy(min_events=args.snapshot_every, events_per_object=0)
         if args.snapshot_every
         else None,
+        unowned_grace_s=args.unowned_grace,
     )
     logs.configure(component="worker", level=args.log_level, fmt=args.log_format)
     # Logging is ours (streams.common.logs): faust's would replace it with coloured handlers on
@@ -349,6 +358,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--inject-fault", action="append", metavar="KIND=N", help=argparse.SUPPRESS)
     # Snapshot every N events instead of the size-scaled policy (tests, benchmarks).
     p.add_argument("--snapshot-every", type=int, metavar="EVENTS", help=argparse.SUPPRESS)
+    # How long a partition may have no owner in the group before the worker re-subscribes (tests).
+    p.add_argument(
+        "--unowned-grace", type=float, default=partitions_mod.UNOWNED_GRACE_S, help=argparse.SUPPRESS
+    )
     health_mod.add_arguments(p)
     p.add_argument(
         "--tables-port",

@@ -101,6 +101,7 @@ class Partitions:
         health: Health | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
         session_timeout_s: float | None = None,
+        unowned_grace_s: float = UNOWNED_GRACE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.setup = setup
@@ -109,6 +110,7 @@ class Partitions:
         # A process that did not run for this long (paused, swapped out) has lost its group
         # membership: the broker gave its partitions away. None: never assume so.
         self.session_timeout_s = session_timeout_s
+        self.unowned_grace_s = unowned_grace_s
         self._clock = clock
         self._alive = clock()  # when this process last ran (the commit timer ticks every 0.2 s)
         self.workers: dict[int, PartitionWorker] = {}
@@ -402,7 +404,7 @@ class Partitions:
                 "cluster-events partitions %s exist but no worker of the group owns them",
                 sorted(self.unowned),
             )
-        elif now - self._unowned_since >= UNOWNED_GRACE_S:
+        elif now - self._unowned_since >= self.unowned_grace_s:
             first = min(self.unowned)
             self._update_ready()
             self._stalled(

@@ -27,9 +27,10 @@ from hypothesis import strategies as st
 
 from schemas import records
 from streams.brokers.kafka_local import LocalKafka
+from streams.kafka import topics
 from streams.kafka.reading import PartitionReader
 from streams.pipeline import outbox, snapshot
-from streams.pipeline.app import EXIT_FATAL
+from streams.pipeline.app import EXIT_FATAL, EXIT_STALLED
 from tests import test_fold_atomic
 from tests.chaos import harness
 from tests.chaos.harness import Worker, assert_same, expected, log_of, produce, wait_published
@@ -326,3 +327,100 @@ def test_garbage_inside_valid_batches_never_stalls_the_partition(
     assert garbage_worker.alive(), garbage_worker.tail()
     assert_same(got, want)
     assert len(dead) == len(bad)  # each bad event alone, never its record
+
+
+# ---- issue 19: no silent failure -------------------------------------------------------------------
+
+
+def test_a_paused_at_least_once_worker_given_its_partition_back_publishes_nothing_twice(
+    kafka: LocalKafka, tmp_path: Path
+) -> None:
+    """Issue 19 #3: A (at_least_once, the CLI default) is paused; B takes the partition, folds,
+    publishes and leaves; A resumes and gets it back. It continued from its stale position in
+    memory and published B's decisions again (89 of 254)."""
+    cluster = "paused"
+    log = log_of(cluster, NODES)
+    want = expected(log)
+    first, second, third = (
+        log[: len(log) // 3],
+        log[len(log) // 3 : 2 * len(log) // 3],
+        log[2 * len(log) // 3 :],
+    )
+    group = "g-paused"
+    a = Worker(kafka.bootstrap, tmp_path / "a", group, guarantee="at_least_once")
+    b = Worker(kafka.bootstrap, tmp_path / "b", group, guarantee="at_least_once")
+    try:
+        a.start().wait_ready()
+        asyncio.run(produce(kafka.bootstrap, cluster, first, [5]))
+        wait_published(kafka.bootstrap, cluster, len(expected(first)))
+        a.signal(signal.SIGSTOP)
+        b.start().wait_ready()  # joins; A's session times out; B owns the partition
+        asyncio.run(produce(kafka.bootstrap, cluster, second, [5]))
+        wait_published(kafka.bootstrap, cluster, len(expected([*first, *second])))
+        b.stop()  # B leaves: the partition goes back to A once it is back in the group
+        a.signal(signal.SIGCONT)
+        asyncio.run(produce(kafka.bootstrap, cluster, third, [5]))
+        got = wait_published(kafka.bootstrap, cluster, len(want))
+    finally:
+        a.stop()
+        b.stop()
+    assert_same(got, want)
+    assert "did not run for" in a.log_text() or "reopening from the store" in a.log_text(), a.tail()
+
+
+async def _recreate(bootstrap: str, topic: str) -> None:
+    """Delete `topic` and create it again, as an operator cleaning up would."""
+    from aiokafka.admin import NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+        spec = {s.name: s for s in topics.topic_specs()}[topic]
+        deadline = time.monotonic() + harness.READY_TIMEOUT_S
+        while True:  # the deletion completes asynchronously
+            try:
+                await admin.create_topics(
+                    [NewTopic(topic, spec.partitions, 1, topic_configs=dict(spec.configs))]
+                )
+                return
+            except Exception:
+                assert time.monotonic() < deadline, f"{topic} could not be created again"
+                await asyncio.sleep(0.5)
+    finally:
+        await admin.close()
+
+
+def test_cluster_events_recreated_under_a_running_worker_is_followed(
+    kafka: LocalKafka, tmp_path: Path
+) -> None:
+    """Issue 19 #7: the worker ended with an empty assignment, ready, deciding nothing until restarted."""
+    before, after = "before-recreate", "after-recreate"
+    first, second = log_of(before, 20), log_of(after, NODES)
+    exits: list[int | None] = []
+    w = Worker(kafka.bootstrap, tmp_path / "store", "g-recreate", extra=["--unowned-grace", "10"])
+    supervising = threading.Event()
+
+    def supervisor() -> None:  # Kubernetes' part: an exited worker is started again
+        while not supervising.is_set():
+            if not w.alive():
+                assert w.proc is not None
+                exits.append(w.proc.returncode)
+                w.start()
+            time.sleep(0.5)
+
+    w.start().wait_ready()
+    thread = threading.Thread(target=supervisor, daemon=True)
+    thread.start()
+    try:
+        asyncio.run(produce(kafka.bootstrap, before, first, [5]))
+        wait_published(kafka.bootstrap, before, len(expected(first)))
+        asyncio.run(_recreate(kafka.bootstrap, records.CLUSTER_EVENTS))
+        asyncio.run(produce(kafka.bootstrap, after, second, [5]))
+        got = wait_published(kafka.bootstrap, after, len(expected(second)))
+    finally:
+        supervising.set()
+        thread.join(5)
+        w.stop()
+    assert_same(got, expected(second))
+    assert set(exits) <= {EXIT_STALLED}, (exits, w.tail())
