@@ -118,3 +118,13 @@ def test_version() -> None:
 
     proc = run("--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"preemptctl {ENGINE_VERSION}"
+
+
+def test_the_source_refuses_a_cluster_name_the_worker_would_reject(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One cluster-name rule for every stage (issue 19 #5): not an empty key the worker dead-letters."""
+    from streams.cli import main
+
+    assert main.main(["source", "--broker", "kafka://127.0.0.1:1", "--cluster", ""]) == 2
+    assert capsys.readouterr().err.strip() == "preemptctl: error: --cluster: empty cluster name"

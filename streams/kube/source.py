@@ -68,9 +68,10 @@ from kubernetes_asyncio import client
 from prometheus_client import Counter, Gauge, Histogram
 
 from engine import projection
-from schemas import VERSION
+from schemas import VERSION, records
 from schemas.records import CLUSTER_EVENTS
 from streams.common import health
+from streams.common.errors import UsageError
 from streams.kafka import connection, topics
 from streams.kafka.sink import PRODUCER_MAX_REQUEST_BYTES, KafkaSink, RecordSink
 from streams.kube import api as kube
@@ -945,6 +946,9 @@ def _positive_float(text: str) -> float:
 
 def cmd_source(args: argparse.Namespace) -> int:
     component.configure_logging(args, component="source")
+    problem = records.cluster_problem(args.cluster)  # the worker would dead-letter every record
+    if problem:
+        raise UsageError(f"--cluster: {problem}")
     kafka = component.kafka_of(args)
     component.check_lease_arguments(args)
     namespaces = tuple(
