@@ -670,3 +670,39 @@ def test_the_group_lag_counts_an_offset_committed_past_the_end_as_nothing_done()
 
     measured = asyncio.run(lag.measure(Admin(), Consumer(), group="g", topic=topic))  # type: ignore[arg-type]
     assert measured == {0: 120, 1: 0}
+
+
+def test_an_assignment_during_a_revoke_waits_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen on Kafka: a worker resumed after a pause revoked its partition itself while the
+    rebalance assigned it again; the assignment opened a second store on the same directory."""
+    monkeypatch.setattr(partitions_mod, "REOPEN_ATTEMPTS", 1)
+    recs = batches(_log(20), per_record=5)
+    p = Pipeline(tmp_path)
+    p.produce(recs)
+    slow = asyncio.Event()
+
+    async def scenario() -> None:
+        parts = Partitions(p.setup, on_fatal=p.fatal.append)
+        await parts.assign([0])
+        await _opened(parts)
+        real = parts._output_ends
+
+        async def output_ends(partition: int) -> tuple[int, ...]:
+            await slow.wait()  # the revoke is reading the output ends when the assignment comes
+            return await real(partition)
+
+        monkeypatch.setattr(parts, "_output_ends", output_ends)
+        revoking = asyncio.create_task(parts.revoke([0]))
+        await asyncio.sleep(0.01)
+        assigning = asyncio.create_task(parts.assign([0]))
+        await asyncio.sleep(0.01)
+        slow.set()
+        await asyncio.gather(revoking, assigning)
+        await _opened(parts)
+        for m in p.broker.messages(records.CLUSTER_EVENTS):
+            await parts.handle(0, m.offset, m.key, m.value)
+        await parts.close()
+
+    asyncio.run(scenario())
+    assert not p.fatal, p.fatal
+    assert _published(p.broker) == _replayed(p.broker)

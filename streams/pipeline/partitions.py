@@ -52,7 +52,7 @@ from schemas import records
 from streams.common.health import Health
 from streams.kafka import topics
 from streams.pipeline import metrics
-from streams.pipeline.outbox import Fenced, SendFailed, TransactionsUnavailable
+from streams.pipeline.outbox import Fenced, TransactionsUnavailable
 from streams.pipeline.worker import POSITION, PartitionBroken, PartitionWorker, Setup, Stalled
 
 log = logging.getLogger("preemptctl.worker")
@@ -120,10 +120,18 @@ class Partitions:
         self.assigned = False
         self.unowned: set[int] = set()
         self._unowned_since: float | None = None
+        # assign and revoke each run whole: a revoke still committing a worker (or reading its
+        # output ends) must be done before an assignment opens the partition again, or two
+        # workers hold one store (RocksDB refuses the second).
+        self._membership = asyncio.Lock()
 
     # ---- the transport's calls -------------------------------------------------------------
 
     async def assign(self, partitions: Iterable[int]) -> None:
+        async with self._membership:
+            await self._assign(partitions)
+
+    async def _assign(self, partitions: Iterable[int]) -> None:
         wanted = set(partitions)
         for p in sorted(set(self.suspended) - wanted):
             await self._close(self.suspended.pop(p)[0])
@@ -136,6 +144,10 @@ class Partitions:
         self._update_ready()
 
     async def revoke(self, partitions: Iterable[int]) -> None:
+        async with self._membership:
+            await self._revoke(partitions)
+
+    async def _revoke(self, partitions: Iterable[int]) -> None:
         for p in sorted(set(partitions)):
             metrics.forget(p)
             with contextlib.suppress(KeyError):
@@ -300,6 +312,16 @@ class Partitions:
     async def _open(
         self, partition: int, kept: tuple[PartitionWorker, tuple[int, ...]] | None = None
     ) -> PartitionWorker | None:
+        """The partition's worker, open and caught up; None when it could not be (the process stops)."""
+        try:
+            return await self._opened(partition, kept)
+        finally:
+            if self.opening.get(partition) is asyncio.current_task():
+                del self.opening[partition]  # done, whichever way: nothing waits on it any more
+
+    async def _opened(
+        self, partition: int, kept: tuple[PartitionWorker, tuple[int, ...]] | None
+    ) -> PartitionWorker | None:
         if kept is not None and await self._resumed(partition, kept):
             self.workers[partition] = kept[0]
             self.opening.pop(partition, None)
@@ -320,7 +342,9 @@ class Partitions:
                 self.opening.pop(partition, None)
                 self._stalled(exc)
                 return None
-            except (PartitionBroken, SendFailed, KafkaError, OSError) as exc:
+            except Exception as exc:  # PartitionBroken, SendFailed, KafkaError, OSError, ...
+                # Anything else too (a store that would not open): retried, then the process
+                # exits. Raised instead, it would crash the agent on every record, forever.
                 await self._discard(worker)
                 if worker is not None and worker.fenced:
                     self._fatal(Fatal(str(worker.broken)))
