@@ -706,3 +706,36 @@ def test_an_assignment_during_a_revoke_waits_for_it(tmp_path: Path, monkeypatch:
     asyncio.run(scenario())
     assert not p.fatal, p.fatal
     assert _published(p.broker) == _replayed(p.broker)
+
+
+def test_a_revoke_right_after_a_pause_keeps_nothing_in_memory(tmp_path: Path) -> None:
+    """The rebalance may reach a resumed worker before any record does: its revoke would read
+    output ends that already hold the other worker's records, and take them for its own."""
+    recs = batches(_log(20), per_record=5)
+    half = len(recs) // 2
+    broker = MemoryBroker()
+    a = Pipeline(tmp_path / "a", broker=broker, transactional=False)
+    b = Pipeline(tmp_path / "b", broker=broker, transactional=False)
+    now = [0.0]
+
+    async def scenario() -> None:
+        pa = Partitions(a.setup, on_fatal=a.fatal.append, session_timeout_s=6.0, clock=lambda: now[0])
+        a.produce(recs[:half])
+        await pa.assign([0])
+        await _opened(pa)
+        now[0] += 30.0  # paused; the group moves on
+        b.produce(recs[half:])
+        pb = Partitions(b.setup, on_fatal=b.fatal.append)
+        await pb.assign([0])
+        await _opened(pb)
+        await pb.close()
+        await pa.revoke([0])  # resumed: the rebalance comes first
+        assert not pa.suspended
+        await pa.assign([0])
+        await _opened(pa)
+        for m in broker.messages(records.CLUSTER_EVENTS):
+            await pa.handle(0, m.offset, m.key, m.value)
+        await pa.close()
+
+    asyncio.run(scenario())
+    assert _published(broker) == _replayed(broker)

@@ -144,10 +144,12 @@ class Partitions:
         self._update_ready()
 
     async def revoke(self, partitions: Iterable[int]) -> None:
+        """Commit and keep the workers aside for a later `assign`; closed instead after a pause."""
+        keep = not self._asleep()
         async with self._membership:
-            await self._revoke(partitions)
+            await self._revoke(partitions, keep=keep)
 
-    async def _revoke(self, partitions: Iterable[int]) -> None:
+    async def _revoke(self, partitions: Iterable[int], *, keep: bool = True) -> None:
         for p in sorted(set(partitions)):
             metrics.forget(p)
             with contextlib.suppress(KeyError):
@@ -173,6 +175,9 @@ class Partitions:
                 await self._discard(worker)
                 self._stalled(exc)
                 continue
+            if not keep:
+                await self._close(worker)
+                continue
             try:
                 ends = await self._output_ends(p)
             except (KafkaError, OSError) as exc:
@@ -186,29 +191,39 @@ class Partitions:
         async with self.setup.reader() as reader:
             return tuple([(await reader.bounds(topic, partition))[1] for topic in OUTPUTS])
 
-    async def _woke_up(self) -> bool:
-        """Did this process just resume after not running for a session timeout? Then suspend.
+    def _asleep(self) -> bool:
+        """Did this process just resume after not running for a session timeout (paused)?
 
-        Its consumer still believes in its assignment and would hand over records the group
-        has since given to another worker: folding them would publish that worker's decisions
-        again (at_least_once has no fencing). Every partition is revoked here as the rebalance
-        would; the rebalance that follows gives back what is ours (`assign`: in memory when
-        nobody published meanwhile, else reopened).
+        Then its group membership is gone: the group gave its partitions to another worker,
+        which may have published for them. The output ends a revoke reads now would already
+        include that, so nothing of what it holds may be kept in memory.
         """
         now = self._clock()
         asleep, self._alive = now - self._alive, now
         if self.session_timeout_s is None or asleep < self.session_timeout_s:
             return False
-        held = sorted({*self.workers, *self.opening})
         log.warning(
-            "this process did not run for %.1fs (over the %.0fs session timeout): partitions %s "
-            "are suspended until the group assigns them again",
+            "this process did not run for %.1fs (over the %.0fs session timeout): its partitions "
+            "%s are closed, reopened from their stores when the group assigns them again",
             asleep,
             self.session_timeout_s,
-            held,
+            sorted({*self.workers, *self.opening}),
         )
+        return True
+
+    async def _woke_up(self) -> bool:
+        """Before a record or a commit: after a pause, close every partition until the next assignment.
+
+        Its consumer still believes in its assignment and would hand over records the group
+        has since given to another worker: folding them would publish that worker's decisions
+        again (at_least_once has no fencing). The rebalance that follows gives back what is
+        ours, reopened from the store (which reads what the other worker published).
+        """
+        if not self._asleep():
+            return False
         self.assigned = False  # not ready until the group assigns again
-        await self.revoke(held)
+        async with self._membership:
+            await self._revoke(sorted({*self.workers, *self.opening}), keep=False)
         return True
 
     def position(self, partition: int) -> int | None:
