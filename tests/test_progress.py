@@ -739,3 +739,43 @@ def test_a_revoke_right_after_a_pause_keeps_nothing_in_memory(tmp_path: Path) ->
 
     asyncio.run(scenario())
     assert _published(broker) == _replayed(broker)
+
+
+def _recreate(broker: MemoryBroker, topic: str = records.CLUSTER_EVENTS) -> None:
+    """The topic deleted and created again: a new log from offset 0."""
+    from streams.kafka.memory import _Log
+
+    broker._logs[(topic, 0)] = _Log()
+
+
+@pytest.mark.parametrize("revoked", [True, False], ids=["revoked-and-given-back", "held-throughout"])
+def test_a_cluster_events_topic_recreated_under_the_worker_is_folded_from_its_start(
+    tmp_path: Path, revoked: bool
+) -> None:
+    """Seen on Kafka: given the re-created topic's partition back, the worker took its old position
+    for the new log's and skipped every record below it."""
+    old, new = _log(8, "old"), _log(20, "new")
+    p = Pipeline(tmp_path)
+
+    async def scenario() -> None:
+        parts = Partitions(p.setup, on_fatal=p.fatal.append)
+        p.produce(batches(old, cluster="old", per_record=3))
+        await parts.assign([0])
+        await _opened(parts)
+        if revoked:
+            await parts.revoke([0])
+        _recreate(p.broker)
+        p.produce(batches(new, cluster="new", per_record=3))
+        if revoked:
+            await parts.assign([0])
+        else:
+            await parts.check_logs()  # the periodic check beside the ownership one
+        await _opened(parts)
+        for m in p.broker.messages(records.CLUSTER_EVENTS):
+            await parts.handle(0, m.offset, m.key, m.value)
+        await parts.close()
+
+    asyncio.run(scenario())
+    assert not p.fatal
+    published_new = [v for v in _published(p.broker) if orjson.loads(v)["cluster"] == "new"]
+    assert published_new == _replayed(p.broker)

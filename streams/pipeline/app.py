@@ -216,6 +216,7 @@ def build_app(
             log.warning("could not check which partitions the group owns (%s); again later", exc)
             return
         partitions.owners_seen(unowned, now=time.monotonic())
+        await partitions.check_logs()
 
     app.timer(interval=OWNERSHIP_CHECK_INTERVAL_S)(check_ownership)
 

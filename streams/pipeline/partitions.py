@@ -187,6 +187,19 @@ class Partitions:
             self.suspended[p] = (worker, ends)
         self._update_ready()
 
+    async def check_logs(self) -> None:
+        """Reopen each open partition whose cluster-events log is not the one it folded (re-created
+        under it: its position means nothing there); called with the ownership check."""
+        for partition, worker in sorted(self.workers.items()):
+            try:
+                same = await worker.same_log()
+            except (KafkaError, OSError) as exc:
+                log.warning("partition %d: could not check its log (%s); again later", partition, exc)
+                continue
+            if not same and self.workers.get(partition) is worker:
+                log.error("partition %d: cluster-events was re-created under it: reopening", partition)
+                await self._reopen(partition)
+
     async def _output_ends(self, partition: int) -> tuple[int, ...]:
         async with self.setup.reader() as reader:
             return tuple([(await reader.bounds(topic, partition))[1] for topic in OUTPUTS])
@@ -311,11 +324,16 @@ class Partitions:
         worker, ends = kept
         try:
             now = await self._output_ends(partition)
+            same_log = await worker.same_log()
         except (KafkaError, OSError) as exc:
-            now, reason = (), f"its output ends are unknown ({exc})"
+            now, same_log, reason = (), False, f"its output ends are unknown ({exc})"
         else:
-            reason = f"its outputs moved since the revoke ({ends} -> {now})"
-        if now == ends:
+            reason = (
+                f"its outputs moved since the revoke ({ends} -> {now})"
+                if same_log
+                else "cluster-events is another topic now (re-created)"
+            )
+        if now == ends and same_log:
             RESUMED.labels("memory").inc()
             log.info("partition %d: given back, nothing published since: continuing in memory", partition)
             return True

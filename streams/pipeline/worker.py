@@ -375,6 +375,13 @@ class PartitionWorker:
         async for m in reader.read(records.DECISIONS, self.partition, max(first, start), end):
             self.published.add(m.value)
 
+    async def same_log(self) -> bool:
+        """Is cluster-events still the topic this worker folded (not deleted and re-created since)?"""
+        state = {"position": self.committed, "fingerprint": self._fingerprint}
+        async with self.setup.reader() as reader:
+            start, end = await reader.bounds(topics.CLUSTER_EVENTS, self.partition)
+            return await _belongs(reader, self.partition, state, start, end)
+
     @property
     def resume_offset(self) -> int:
         return self.position + 1
