@@ -86,6 +86,12 @@ MAX_POLL_RECORDS = 10
 # aiokafka's default; the embedded tansu makes a group join wait about half of it
 # (DESIGN §11), so tests pass a shorter one.
 SESSION_TIMEOUT_MS = 10_000
+# Stopping (SIGTERM), the consumer's close, which leaves the group, may take this long. While
+# its group is rebalancing on a slow broker the close waits for the rejoin to settle: 30 s and
+# more after SIGTERM under load (issue 19), past what a kubelet grants. Offsets are committed
+# per decision, so nothing is lost by not waiting: the broker drops the member after its
+# session timeout.
+CONSUMER_CLOSE_TIMEOUT_S = 5.0
 # Reading the evictions topic back at start gives up waiting for records that
 # the broker reported but never delivered after this long (a broker fault).
 READ_BACK_TIMEOUT_S = 60.0
@@ -530,7 +536,7 @@ class Actuator:
             await connection.start(config, consumer)
             await self._poll(consumer, stopping)
         finally:
-            await consumer.stop()
+            await _close(consumer, stopping)
 
     async def _poll(self, consumer: AIOKafkaConsumer, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
@@ -545,6 +551,21 @@ class Actuator:
                         message.value or b"", key=message.key, origin=origin, headers=message.headers or ()
                     )
                     await consumer.commit({tp: message.offset + 1})
+
+
+async def _close(consumer: AIOKafkaConsumer, stopping: asyncio.Event) -> None:
+    """Close the consumer; when stopping, give up after CONSUMER_CLOSE_TIMEOUT_S."""
+    if not stopping.is_set():
+        await consumer.stop()
+        return
+    try:
+        await asyncio.wait_for(consumer.stop(), CONSUMER_CLOSE_TIMEOUT_S)
+    except TimeoutError:
+        log.warning(
+            "leaving the consumer group took more than %.0fs; stopping without (the broker drops "
+            "this member after its session timeout)",
+            CONSUMER_CLOSE_TIMEOUT_S,
+        )
 
 
 async def _first(wanted: Any, stop: Any) -> bool:

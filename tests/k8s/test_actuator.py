@@ -566,3 +566,20 @@ async def test_victims_of_one_decision_are_acted_on_concurrently_within_the_boun
     assert slow.most == actuator.VICTIM_CONCURRENCY
     # One outcome each, reported in the decision's order whatever order they finished in.
     assert [r["victim"]["name"] for r in written] == list(pods)
+
+
+async def test_a_consumer_that_cannot_leave_its_group_does_not_hold_up_a_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 19 #11: under load, the actuator did not exit within 30 s of SIGTERM: its consumer's
+    close waited for a group rejoin on a slow broker to settle. Stopping bounds the close."""
+    monkeypatch.setattr(actuator, "CONSUMER_CLOSE_TIMEOUT_S", 0.05)
+    never = asyncio.Event()
+
+    class Rejoining:
+        async def stop(self) -> None:
+            await never.wait()  # leaving the group waits for a rebalance that does not settle
+
+    stopping = asyncio.Event()
+    stopping.set()
+    await asyncio.wait_for(actuator._close(cast(Any, Rejoining()), stopping), 5)

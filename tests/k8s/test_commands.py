@@ -33,12 +33,6 @@ MAIN = "import sys; from streams.cli.main import main; sys.exit(main(sys.argv[1:
 # A child process imports, connects and joins a consumer group within this (tansu's
 # group join alone takes about half the session timeout, DESIGN §11).
 START_TIMEOUT_S = 30.0
-# A component stopped with SIGTERM exits by itself within this long: the grace a kubelet gives
-# it (terminationGracePeriodSeconds in the chart: 60 s for the actuator, whose orderly stop
-# finishes the decision in hand, leaves its group, releases the Lease and flushes its producer,
-# each a round trip that a loaded machine slows several-fold). This was START_TIMEOUT_S (30 s),
-# tighter than the grace the chart itself gives, and failed under load (issue 19).
-STOP_TIMEOUT_S = 60.0
 
 
 def kubeconfig(tmp_path: Path, api: client.ApiClient) -> Path:
@@ -108,10 +102,10 @@ async def stop(process: asyncio.subprocess.Process, log: Path | None = None) -> 
     """SIGTERM, as a kubelet stops a container: a clean exit (0); returns what it logged."""
     process.send_signal(signal.SIGTERM)
     try:
-        _, stderr = await asyncio.wait_for(process.communicate(), STOP_TIMEOUT_S)
+        _, stderr = await asyncio.wait_for(process.communicate(), START_TIMEOUT_S)
     except TimeoutError:
         logged = log.read_text(errors="replace")[-3000:] if log else ""
-        raise AssertionError(f"no exit {STOP_TIMEOUT_S:g}s after SIGTERM\n{logged}") from None
+        raise AssertionError(f"no exit {START_TIMEOUT_S:g}s after SIGTERM\n{logged}") from None
     logged = log.read_text(errors="replace") if log else stderr.decode()
     assert process.returncode == 0, logged[-3000:]
     return logged
