@@ -779,3 +779,50 @@ def test_a_cluster_events_topic_recreated_under_the_worker_is_folded_from_its_st
     assert not p.fatal
     published_new = [v for v in _published(p.broker) if orjson.loads(v)["cluster"] == "new"]
     assert published_new == _replayed(p.broker)
+
+
+def test_a_busy_event_loop_is_not_taken_for_a_stopped_process() -> None:
+    """faust heartbeats from its consumer thread: a loop busy for 30 s keeps its membership, and
+    closing its partitions then would leave them closed with no rebalance to reopen them."""
+    from streams.pipeline.pauses import Pauses
+
+    now = [0.0]
+    pauses = Pauses(clock=lambda: now[0], start=False)
+    for _ in range(60):  # the thread keeps waking while the loop is busy
+        now[0] += 0.5
+        pauses.tick()
+    assert not pauses.stopped(0.0, at_least=6.0)
+    now[0] += 20.0  # SIGSTOP: nothing runs
+    assert pauses.stopped(0.0, at_least=6.0)  # the loop asks before the thread woke up
+    pauses.tick()
+    now[0] += 0.5
+    pauses.tick()
+    assert pauses.stopped(25.0, at_least=6.0)
+    assert not pauses.stopped(51.0, at_least=6.0)  # that stop ended before `since`
+
+
+def test_a_worker_whose_loop_was_busy_keeps_its_partitions(tmp_path: Path) -> None:
+    from streams.pipeline.pauses import Pauses
+
+    recs = batches(_log(20), per_record=5)
+    p = Pipeline(tmp_path)
+    p.produce(recs)
+    now = [0.0]
+    pauses = Pauses(clock=lambda: now[0], start=False)
+
+    async def scenario() -> None:
+        parts = Partitions(
+            p.setup, on_fatal=p.fatal.append, session_timeout_s=6.0, pauses=pauses, clock=lambda: now[0]
+        )
+        await parts.assign([0])
+        await _opened(parts)
+        for _ in range(60):
+            now[0] += 0.5
+            pauses.tick()
+        for m in p.broker.messages(records.CLUSTER_EVENTS):
+            await parts.handle(0, m.offset, m.key, m.value)
+        assert 0 in parts.workers
+        await parts.close()
+
+    asyncio.run(scenario())
+    assert _published(p.broker) == _replayed(p.broker)

@@ -51,6 +51,7 @@ from streams.pipeline.faults import NONE, Faults
 from streams.pipeline.fold import tune_gc
 from streams.pipeline.outbox import KafkaOutbox, Outbox
 from streams.pipeline.partitions import Partitions
+from streams.pipeline.pauses import Pauses
 from streams.pipeline.worker import CHECKPOINT_INTERVAL_S, Setup, SnapshotPolicy, Stalled
 
 log = logging.getLogger("preemptctl.worker")
@@ -179,6 +180,7 @@ def build_app(
         health=health,
         on_fatal=fatal,
         session_timeout_s=session_timeout,
+        pauses=Pauses(),
         unowned_grace_s=unowned_grace_s,
     )
 

@@ -53,6 +53,7 @@ from streams.common.health import Health
 from streams.kafka import topics
 from streams.pipeline import metrics
 from streams.pipeline.outbox import Fenced, TransactionsUnavailable
+from streams.pipeline.pauses import Pauses
 from streams.pipeline.worker import POSITION, PartitionBroken, PartitionWorker, Setup, Stalled
 
 log = logging.getLogger("preemptctl.worker")
@@ -101,6 +102,7 @@ class Partitions:
         health: Health | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
         session_timeout_s: float | None = None,
+        pauses: Pauses | None = None,
         unowned_grace_s: float = UNOWNED_GRACE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -110,6 +112,9 @@ class Partitions:
         # A process that did not run for this long (paused, swapped out) has lost its group
         # membership: the broker gave its partitions away. None: never assume so.
         self.session_timeout_s = session_timeout_s
+        # Tells a stopped process from a busy event loop (whose membership faust's consumer
+        # thread kept); None: every long gap counts as a stop.
+        self._pauses = pauses
         self.unowned_grace_s = unowned_grace_s
         self._clock = clock
         self._alive = clock()  # when this process last ran (the commit timer ticks every 0.2 s)
@@ -212,8 +217,12 @@ class Partitions:
         include that, so nothing of what it holds may be kept in memory.
         """
         now = self._clock()
-        asleep, self._alive = now - self._alive, now
+        since, self._alive = self._alive, now
+        asleep = now - since
         if self.session_timeout_s is None or asleep < self.session_timeout_s:
+            return False
+        if self._pauses is not None and not self._pauses.stopped(since, at_least=self.session_timeout_s):
+            log.info("the event loop was busy for %.1fs; the process kept running", asleep)
             return False
         log.warning(
             "this process did not run for %.1fs (over the %.0fs session timeout): its partitions "
