@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -418,7 +419,9 @@ def test_a_restored_controller_decides_the_same(events: list[dict[str, Any]], cu
         config=Config(),
         key=None,
         state=copy.deepcopy(first.state()),
-        objects_raw=[o for o in first.take_dirty().values() if o is not None],  # every object held
+        objects_raw=[
+            orjson.loads(o) for o in first.take_dirty().values() if o is not None
+        ],  # every object held
     )
     got += _fold(restored, events[cut:])
     assert got == want
