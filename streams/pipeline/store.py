@@ -67,13 +67,19 @@ def migrate(
     if state.get("layout") == LAYOUT:
         yield from entries
         return
+    clusters = _separable(state)
+    for key, value in entries:
+        yield migrate_key(key, clusters), value
+
+
+def _separable(state: Mapping[str, Any]) -> list[str]:
+    """The clusters of an old-layout state; Unmigratable when one's keys could be another's."""
     clusters = sorted(state.get("clusters", {}))
     for a in clusters:
         for b in clusters:
             if a != b and b.startswith(a + "/"):
                 raise Unmigratable(f"clusters {a!r} and {b!r} shared keys in the old store layout")
-    for key, value in entries:
-        yield migrate_key(key, clusters), value
+    return clusters
 
 
 # Entries per WriteBatch when a snapshot is loaded: bounds the batch's memory.
@@ -143,11 +149,14 @@ class Store:
         state = self.state()
         if state is None or state.get("layout") == LAYOUT:
             return self
-        old = list(self.entries())
+        clusters = _separable(state)
+        # Only the keys of clusters whose names hold `%` or `/` change; the rest stay as they are.
         batch = WriteBatch(raw_mode=True)
-        for (key, _), (new, value) in zip(old, migrate(state, old), strict=True):
-            batch.delete(key)
-            batch.put(new, value)
+        for key, value in self.entries():
+            new = migrate_key(key, clusters)
+            if new != key:
+                batch.delete(key)
+                batch.put(new, value)
         batch.put(_STATE, orjson.dumps({**state, "layout": LAYOUT}))
         self._db.write(batch)
         return self
