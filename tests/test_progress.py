@@ -826,3 +826,12 @@ def test_a_worker_whose_loop_was_busy_keeps_its_partitions(tmp_path: Path) -> No
 
     asyncio.run(scenario())
     assert _published(p.broker) == _replayed(p.broker)
+
+
+def test_a_broker_that_does_not_report_assignments_says_nothing_about_ownership() -> None:
+    """The embedded tansu describes members without their assignments: that is not "nobody owns it"
+    (every worker on it was taken for orphaned, then stopped)."""
+    from streams.kafka import ownership
+
+    silent = [(0, "g", "Stable", "consumer", "", [("m", "c", "/127.0.0.1", b"", b"")])]
+    assert ownership.unowned_of({0}, silent, group="g", topic=records.CLUSTER_EVENTS) is None

@@ -8,7 +8,9 @@ assignment, ready, exporting no lag, deciding nothing until restarted by hand
 OWNERSHIP_CHECK_INTERVAL_S): the topic's partitions (DescribeTopics) and the
 partitions the group's members hold (DescribeGroups, each member's assignment in
 the consumer protocol). A partition that exists and is in no member's
-assignment while the group is Stable is unowned.
+assignment while the group is Stable is unowned. A broker that describes members
+without their assignments (the embedded tansu) answers nothing: unknown, never
+"unowned" (that took every worker on it for orphaned, and stopped it).
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ def unowned_of(existing: Iterable[int], groups: Sequence[Any], *, group: str, to
         for member in members:
             raw = member[4]
             if not raw:
-                continue
+                # Kafka encodes every member's assignment, an empty one too (its version and an
+                # empty list); no bytes at all is a broker that does not say (the embedded
+                # tansu): ownership cannot be told, and must not be taken for "nobody".
+                return None
             assignment = ConsumerProtocolMemberAssignment.decode(raw)
             for assigned_topic, partitions in assignment.assignment:
                 if assigned_topic == topic:
