@@ -835,3 +835,38 @@ def test_a_broker_that_does_not_report_assignments_says_nothing_about_ownership(
 
     silent = [(0, "g", "Stable", "consumer", "", [("m", "c", "/127.0.0.1", b"", b"")])]
     assert ownership.unowned_of({0}, silent, group="g", topic=records.CLUSTER_EVENTS) is None
+
+
+def test_after_a_pause_the_group_kept_the_partitions_are_reopened(tmp_path: Path) -> None:
+    """A broker may keep a paused member (tansu did, in test_prometheus): no rebalance comes, and
+    the partitions closed at the wake-up must not stay closed."""
+    recs = batches(_log(20), per_record=5)
+    half = len(recs) // 2
+    p = Pipeline(tmp_path)
+    now = [0.0]
+
+    async def scenario() -> None:
+        parts = Partitions(p.setup, on_fatal=p.fatal.append, session_timeout_s=6.0, clock=lambda: now[0])
+        p.produce(recs[:half])
+        await parts.assign([0])
+        await _opened(parts)
+        now[0] += 30.0  # paused
+        await parts.tick()  # woke up: closed
+        assert not parts.workers and not parts.opening
+        for _ in range(22):  # the commit timer ticks on; no rebalance comes
+            now[0] += 0.5
+            await parts.tick()
+        assert not parts.workers and not parts.opening  # 11 s: not yet
+        for _ in range(4):
+            now[0] += 0.5
+            await parts.tick()  # two session timeouts without a rebalance: ours after all
+        await _opened(parts)
+        assert 0 in parts.workers
+        p.produce(recs[half:])
+        for m in p.broker.messages(records.CLUSTER_EVENTS):
+            await parts.handle(0, m.offset, m.key, m.value)
+        await parts.close()
+
+    asyncio.run(scenario())
+    assert not p.fatal
+    assert _published(p.broker) == _replayed(p.broker)

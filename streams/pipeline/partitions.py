@@ -69,6 +69,10 @@ REOPEN_BACKOFF_MAX_S = 16.0
 # revoked, someone else owned the partition meanwhile.
 OUTPUTS = (records.DECISIONS, records.DEAD_LETTER, topics.SNAPSHOTS)
 
+# After a pause the worker closes its partitions and waits for the rebalance that gives them
+# back; if none has come within this many session timeouts, the broker kept its membership
+# (it never expired the session) and the partitions are reopened from their stores.
+REGAIN_AFTER_SESSIONS = 2
 # How long a partition may exist with no owner in the group before this process exits to
 # re-subscribe: a rebalance (session timeout, join, sync) takes a few session timeouts at most.
 UNOWNED_GRACE_S = 60.0
@@ -129,10 +133,13 @@ class Partitions:
         # output ends) must be done before an assignment opens the partition again, or two
         # workers hold one store (RocksDB refuses the second).
         self._membership = asyncio.Lock()
+        # After a pause: (when, partitions) to reopen if no rebalance has come by then.
+        self._regain: tuple[float, list[int]] | None = None
 
     # ---- the transport's calls -------------------------------------------------------------
 
     async def assign(self, partitions: Iterable[int]) -> None:
+        self._regain = None  # the group spoke: what it assigns is ours
         async with self._membership:
             await self._assign(partitions)
 
@@ -243,10 +250,27 @@ class Partitions:
         """
         if not self._asleep():
             return False
+        held = sorted({*self.workers, *self.opening})
         self.assigned = False  # not ready until the group assigns again
         async with self._membership:
-            await self._revoke(sorted({*self.workers, *self.opening}), keep=False)
+            await self._revoke(held, keep=False)
+        # The broker may have kept the membership after all (its own clock, a lenient broker):
+        # then no rebalance comes, and these must not stay closed (a silent stall).
+        assert self.session_timeout_s is not None
+        self._regain = (self._clock() + REGAIN_AFTER_SESSIONS * self.session_timeout_s, held)
         return True
+
+    async def _regained(self) -> None:
+        """After a pause no rebalance came in time: the group kept us; reopen what we held."""
+        if self._regain is None or self._clock() < self._regain[0]:
+            return
+        held = self._regain[1]
+        log.warning(
+            "no rebalance came after the pause: the group kept this worker; reopening partitions %s "
+            "from their stores",
+            held,
+        )
+        await self.assign(held)
 
     def position(self, partition: int) -> int | None:
         """The last offset folded in `partition`; None while it is not open here."""
@@ -284,6 +308,7 @@ class Partitions:
         """Commit what is due (streams.pipeline.worker.CHECKPOINT_INTERVAL_S): called on a timer."""
         if await self._woke_up():
             return
+        await self._regained()
         for partition, worker in sorted(self.workers.items()):
             if not worker.commit_due():
                 continue
