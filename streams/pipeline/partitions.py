@@ -18,7 +18,7 @@
   partition whose records stopped still publishes (under exactly_once its
   decisions become visible only at a commit).
 - `revoke` commits and keeps the workers aside, with the ends of the partition's
-  output topics (decisions, dead letters, snapshots) as they were after that
+  output topics (decisions, snapshots) as they were after that
   commit. When the next assignment gives a partition back (faust revokes
   everything on each rebalance), it continues in memory only if those ends are
   unchanged: nobody published for the partition since. Otherwise another worker
@@ -65,9 +65,10 @@ log = logging.getLogger("preemptctl.worker")
 REOPEN_ATTEMPTS = 6
 REOPEN_BACKOFF_S = 1.0
 REOPEN_BACKOFF_MAX_S = 16.0
-# What a partition's worker publishes to: if any of these moved while the worker was
-# revoked, someone else owned the partition meanwhile.
-OUTPUTS = (records.DECISIONS, records.DEAD_LETTER, topics.SNAPSHOTS)
+# What a partition's worker publishes to and may read: if either moved while the worker was
+# revoked, someone else owned the partition meanwhile. Not the dead letters: a worker may
+# only write those (its ACLs), and one dead-lettered twice is what at least once allows.
+OUTPUTS = (records.DECISIONS, topics.SNAPSHOTS)
 
 # After a pause the worker closes its partitions and waits for the rebalance that gives them
 # back; if none has come within this many session timeouts, the broker kept its membership
