@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -13,6 +13,9 @@ from schemas import records
 from schemas.records import event_problem
 from streams.common.errors import UsageError
 from streams.kafka import connection
+
+if TYPE_CHECKING:
+    from streams.kafka import reading
 
 
 def is_kafka(location: str) -> bool:
