@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,50 @@ def test_the_acl_table_is_the_code() -> None:
         for a in acls.required(component, actuator_group=acls.default_actuator_group("default"))
     }
     assert documented == coded
+
+
+def _commands(marker: str) -> list[list[str]]:
+    """The command lines of the sh block after `marker`, with the $K / $A prefix expanded."""
+    block = DEPLOY.read_text().split(marker, 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    variables: dict[str, list[str]] = {}
+    out = []
+    for line in block.splitlines():
+        if "=" in line.split(" ", 1)[0]:
+            name, _, value = line.partition("=")
+            variables[name] = shlex.split(value)[0].split()
+            continue
+        words = shlex.split(line)
+        out.append(variables[words[0][1:]] + words[1:] if words[0].startswith("$") else words)
+    return out
+
+
+def _options(words: list[str], name: str) -> list[str]:
+    return [words[i + 1] for i, w in enumerate(words) if w == name]
+
+
+def test_the_documented_topic_commands_create_the_code_topics() -> None:
+    made = {}
+    for words in _commands("<!-- topic-commands -->"):
+        assert words[0] == "kafka-topics.sh" and "--create" in words
+        configs = dict(c.split("=", 1) for c in _options(words, "--config"))
+        (name,) = _options(words, "--topic")
+        made[name] = (configs, _options(words, "--replication-factor"))
+    coded = topics.Layout(replication_factor=3, min_insync_replicas=2).specs()
+    assert made == {spec.name: (dict(spec.configs), ["3"]) for spec in coded}
+
+
+def test_the_documented_acl_commands_grant_the_code_acls() -> None:
+    granted: dict[str, set[tuple[str, str, str, tuple[str, ...]]]] = {}
+    kinds = {"--topic": acls.TOPIC, "--group": acls.GROUP, "--transactional-id": acls.TRANSACTIONAL_ID}
+    for words in _commands("<!-- acl-commands -->"):
+        assert words[0] == "kafka-acls.sh" and "--add" in words
+        (principal,) = _options(words, "--allow-principal")
+        ((flag, name),) = [(w, words[i + 1]) for i, w in enumerate(words) if w in kinds]
+        pattern = acls.PREFIX if _options(words, "--resource-pattern-type") == ["prefixed"] else acls.LITERAL
+        ops = tuple(sorted(_options(words, "--operation")))
+        granted.setdefault(principal.removeprefix("User:preemptctl-"), set()).add(
+            (kinds[flag], name, pattern, ops)
+        )
+    for component in ("source", "worker", "actuator"):
+        coded = acls.required(component, actuator_group=acls.default_actuator_group("default"))
+        assert granted[component] == {(a.resource, a.name, a.pattern, a.operations) for a in coded}, component
