@@ -37,7 +37,6 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from engine import config as config_mod
-from schemas import records
 from streams.common import health as health_mod
 from streams.common import logs, options, signing
 from streams.common.errors import UsageError
@@ -80,9 +79,14 @@ EXIT_FATAL = 3
 EXIT_STALLED = 4
 
 
-def transactional_id(group: str, partition: int) -> str:
-    """One per cluster-events partition: whoever owns the partition owns this id (and fences the rest)."""
-    return f"{group}-{records.CLUSTER_EVENTS}-{partition}"
+def transactional_id(
+    group: str, partition: int, names: kafka_topics.Names = kafka_topics.DEFAULT_NAMES
+) -> str:
+    """One per cluster-events partition: whoever owns the partition owns this id (and fences the rest).
+
+    `<group>-` begins every one: the worker's ACL is a prefix ACL on it (streams.kafka.acls).
+    """
+    return f"{group}-{names.cluster_events}-{partition}"
 
 
 def faust_credentials(kafka: connection.KafkaConfig) -> faust.types.auth.CredentialsT | None:
@@ -108,6 +112,7 @@ def build_app(
     key: bytes | None,
     guarantee: str,
     key_id: str | None = None,
+    layout: kafka_topics.Layout = kafka_topics.DEFAULT_LAYOUT,
     app_id: str = "preemptctl-worker",
     health_host: str = health_mod.DEFAULT_HOST,
     health_port: int | None = None,
@@ -142,13 +147,14 @@ def build_app(
         producer_acks=-1,
         producer_max_request_size=kafka_topics.RECORD_MAX_BYTES,
     )
-    events_topic = app.topic(records.CLUSTER_EVENTS, key_serializer="raw", value_serializer="raw")
+    names = layout.names
+    events_topic = app.topic(names.cluster_events, key_serializer="raw", value_serializer="raw")
     exactly_once = guarantee == "exactly_once"
     shared: list[Any] = []  # at_least_once: one producer for every partition, started on first use
 
     async def new_outbox(partition: int) -> Outbox:
         if exactly_once:
-            producer = await outbox_mod.start_transactional(kafka, transactional_id(app_id, partition))
+            producer = await outbox_mod.start_transactional(kafka, transactional_id(app_id, partition, names))
             return KafkaOutbox(producer, transactional=True, owns_producer=True, faults=faults)
         if not shared:
             producer = outbox_mod.new_producer(kafka)
@@ -160,6 +166,7 @@ def build_app(
         config=config,
         key=key,
         key_id=key_id,
+        names=names,
         store_dir=store_dir,
         reader=lambda: PartitionReader(kafka, read_committed=exactly_once),
         outbox=new_outbox,
@@ -211,10 +218,14 @@ def build_app(
         try:
             if not admin:
                 client = kafka.admin()  # with the worker's client security settings
-                await client.start()
+                try:
+                    await connection.start(kafka, client)
+                except BaseException:
+                    await client.close()
+                    raise
                 admin.append(client)
-            unowned = await ownership.unowned(admin[0], group=app_id, topic=records.CLUSTER_EVENTS)
-        except (KafkaError, OSError) as exc:
+            unowned = await ownership.unowned(admin[0], group=app_id, topic=names.cluster_events)
+        except (KafkaError, OSError, connection.BrokerUnavailable) as exc:
             log.warning("could not check which partitions the group owns (%s); again later", exc)
             return
         partitions.owners_seen(unowned, now=time.monotonic())
@@ -235,7 +246,7 @@ def build_app(
             )
 
     def _ours(tps: Any) -> list[int]:
-        return sorted(tp.partition for tp in tps if tp.topic == records.CLUSTER_EVENTS)
+        return sorted(tp.partition for tp in tps if tp.topic == names.cluster_events)
 
     @app.on_partitions_assigned.connect
     async def on_assigned(sender: Any, /, *args: Any, signal: Any = None, **kwargs: Any) -> None:
@@ -258,6 +269,7 @@ def build_app(
 
 def cmd(args: argparse.Namespace) -> int:
     kafka = connection.from_args(args)
+    layout = kafka_topics.from_args(args)
     tune_gc()
     config = options.load_config(args.config)
     signing_key = signing.load_signing_key(args.hmac_key_file, args.hmac_key_id)
@@ -268,7 +280,7 @@ def cmd(args: argparse.Namespace) -> int:
     if args.session_timeout <= 0:
         raise UsageError(f"--session-timeout must be positive, got {args.session_timeout}")
     try:
-        asyncio.run(kafka_topics.ensure_worker_topics(kafka, create=not args.no_create_topics))
+        asyncio.run(kafka_topics.ensure_worker_topics(kafka, layout, create=not args.no_create_topics))
     except kafka_topics.BrokerUnavailable as exc:
         raise UsageError(str(exc)) from exc
     store_dir = Path(args.store_dir)
@@ -278,6 +290,7 @@ def cmd(args: argparse.Namespace) -> int:
         raise UsageError(f"--store-dir {store_dir}: {exc.strerror or exc}") from exc
     app = build_app(
         kafka=kafka,
+        layout=layout,
         store_dir=store_dir,
         config=config,
         key=signing_key.secret if signing_key else None,
@@ -349,6 +362,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="do not create missing topics (the operator made them; the principal has no Create ACL)",
     )
+    kafka_topics.add_arguments(p)
     p.add_argument(
         "--session-timeout",
         type=float,

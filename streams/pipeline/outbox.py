@@ -78,13 +78,21 @@ class Outgoing:
     key: bytes | None
     value: bytes | None  # None: a tombstone (compacted topics)
     headers: Headers = ()
+    # What it is, whatever its topic is called (--topic-prefix): counted by kind.
+    decision: bool = False
+    dead_letter: bool = False
 
 
 # ---- building records ----------------------------------------------------------------------
 
 
 def decision(
-    record: DecisionRecord, *, partition: int, encoded: bytes | None = None, key_id: str | None = None
+    record: DecisionRecord,
+    *,
+    partition: int,
+    encoded: bytes | None = None,
+    key_id: str | None = None,
+    topic: str = records.DECISIONS,
 ) -> Outgoing:
     """A decision record, keyed by its cluster (DESIGN §5); its size is held by the controller.
 
@@ -96,11 +104,18 @@ def decision(
     headers = tuple(cloudevent.decision_headers(record))  # CloudEvents binary mode (docs/topics.md)
     if key_id is not None and record.get("sig"):
         headers += ((signing.KEY_ID_HEADER, key_id.encode()),)
-    return Outgoing(records.DECISIONS, partition, record["cluster"].encode(), value, headers)
+    return Outgoing(topic, partition, record["cluster"].encode(), value, headers, decision=True)
 
 
 def dead_letter(
-    *, key: bytes | None, value: bytes | None, origin: Origin, error_class: str, error: str, partition: int
+    *,
+    key: bytes | None,
+    value: bytes | None,
+    origin: Origin,
+    error_class: str,
+    error: str,
+    partition: int,
+    topic: str = records.DEAD_LETTER,
 ) -> Outgoing:
     """The rejected bytes with where they came from and why (DESIGN §5).
 
@@ -139,7 +154,7 @@ def dead_letter(
             key = None
             origin_headers.append(("key-omitted", b"too-large"))
             headers = deadletter.headers(key, value, origin_headers)
-    return Outgoing(records.DEAD_LETTER, partition, key, value, tuple(headers))
+    return Outgoing(topic, partition, key, value, tuple(headers), dead_letter=True)
 
 
 def _size(key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]) -> int:
@@ -259,7 +274,7 @@ class KafkaOutbox:
         except (KafkaError, InjectedFault) as exc:
             raise _failure(exc) from exc
         self._pending.append(fut)
-        self._decisions += record.topic == records.DECISIONS
+        self._decisions += record.decision
 
     async def flush(self) -> list[int]:
         pending, self._pending = self._pending, []
@@ -316,7 +331,7 @@ class MemoryOutbox:
             self._faults.check("fail-send")
         except InjectedFault as exc:
             raise SendFailed(str(exc)) from exc
-        self._decisions += record.topic == records.DECISIONS
+        self._decisions += record.decision
         if self.transactional:
             self._queued.append(record)
             # Offsets as the broker will give them at commit (nothing else writes there meanwhile).

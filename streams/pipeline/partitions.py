@@ -215,7 +215,8 @@ class Partitions:
 
     async def _output_ends(self, partition: int) -> tuple[int, ...]:
         async with self.setup.reader() as reader:
-            return tuple([(await reader.bounds(topic, partition))[1] for topic in OUTPUTS])
+            outputs = (self.setup.names.decisions, self.setup.names.snapshots)  # OUTPUTS, by their names
+            return tuple([(await reader.bounds(topic, partition))[1] for topic in outputs])
 
     def _asleep(self) -> bool:
         """Did this process just resume after not running for a session timeout (paused)?

@@ -193,12 +193,12 @@ def decode(chunks: Iterable[bytes]) -> tuple[dict[str, Any], Iterator[tuple[byte
 # ---- in Kafka ----------------------------------------------------------------------------------
 
 
-async def latest(reader: Reader, partition: int) -> Manifest | None:
+async def latest(reader: Reader, partition: int, *, topic: str = topics.SNAPSHOTS) -> Manifest | None:
     """The newest valid manifest of a partition, read back from the end of its snapshots partition.
 
     Records under the manifest key that are not a manifest of this partition are passed over.
     """
-    start, end = await reader.bounds(topics.SNAPSHOTS, partition)
+    start, end = await reader.bounds(topic, partition)
     key = manifest_key(partition)
     found: list[Manifest] = []
 
@@ -214,7 +214,7 @@ async def latest(reader: Reader, partition: int) -> Manifest | None:
         found.append(manifest)
         return True
 
-    record = await reader.last(topics.SNAPSHOTS, partition, valid, start=start, end=end)
+    record = await reader.last(topic, partition, valid, start=start, end=end)
     return None if record is None else found[-1]
 
 
@@ -226,14 +226,16 @@ def parse_manifest(value: bytes) -> Manifest | None:
         return None
 
 
-async def load(reader: Reader, manifest: Manifest) -> tuple[dict[str, Any], Iterator[tuple[bytes, bytes]]]:
+async def load(
+    reader: Reader, manifest: Manifest, *, topic: str = topics.SNAPSHOTS
+) -> tuple[dict[str, Any], Iterator[tuple[bytes, bytes]]]:
     """The state and entries a manifest names; Unreadable if a chunk is missing or altered."""
     if not manifest.chunks:
         raise Unreadable(f"snapshot at {manifest.position} names no chunks")
     wanted = {c.offset: (n, c.sha256) for n, c in enumerate(manifest.chunks)}
     got: dict[int, bytes] = {}
     first, last = min(wanted), max(wanted)
-    async for m in reader.read(topics.SNAPSHOTS, manifest.partition, first, last + 1):
+    async for m in reader.read(topic, manifest.partition, first, last + 1):
         if m.offset in wanted:
             n, digest = wanted[m.offset]
             if m.key != chunk_key(manifest.partition, manifest.position, n):
@@ -256,12 +258,13 @@ async def write(
     state: Mapping[str, Any],
     entries: Iterable[tuple[bytes, bytes]],
     previous: Manifest | None,
+    topic: str = topics.SNAPSHOTS,
 ) -> Manifest:
     """Publish a snapshot of `state` (whose `position` it reflects) and commit; the new manifest."""
     position = int(state["position"])
     sent: list[str] = []
     for n, chunk in enumerate(encode(state, entries)):
-        await outbox.send(Outgoing(topics.SNAPSHOTS, partition, chunk_key(partition, position, n), chunk))
+        await outbox.send(Outgoing(topic, partition, chunk_key(partition, position, n), chunk))
         sent.append(hashlib.sha256(chunk).hexdigest())
     offsets = await outbox.flush()
     manifest = Manifest(
@@ -270,15 +273,11 @@ async def write(
         tuple(Chunk(o, d) for o, d in zip(offsets, sent, strict=True)),
         None if previous is None else previous.alone(),
     )
-    await outbox.send(
-        Outgoing(topics.SNAPSHOTS, partition, manifest_key(partition), orjson.dumps(manifest.to_json()))
-    )
+    await outbox.send(Outgoing(topic, partition, manifest_key(partition), orjson.dumps(manifest.to_json())))
     await outbox.flush()  # the new manifest is in place before anything it replaces goes
     gone = previous.previous if previous is not None else None
     if gone is not None and gone.position not in (position, manifest.previous and manifest.previous.position):
         for n in range(len(gone.chunks)):
-            await outbox.send(
-                Outgoing(topics.SNAPSHOTS, partition, chunk_key(partition, gone.position, n), None)
-            )
+            await outbox.send(Outgoing(topic, partition, chunk_key(partition, gone.position, n), None))
     await outbox.commit()
     return manifest

@@ -171,6 +171,8 @@ class Setup:
     snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     # The id of `key`, sent with each decision (streams.common.signing.KEY_ID_HEADER).
     key_id: str | None = None
+    # The topics' names (--topic-prefix).
+    names: topics.Names = topics.DEFAULT_NAMES
 
 
 def fingerprint(key: bytes | None, value: bytes) -> str:
@@ -268,7 +270,7 @@ class PartitionWorker:
     @classmethod
     async def _load(cls, partition: int, setup: Setup, outbox: Outbox, reader: Reader) -> PartitionWorker:
         path = setup.store_dir / f"cluster-events-{partition}"
-        start, end = await reader.bounds(topics.CLUSTER_EVENTS, partition)
+        start, end = await reader.bounds(setup.names.cluster_events, partition)
         store = Store(path, faults=setup.faults)
         try:
             try:
@@ -283,7 +285,7 @@ class PartitionWorker:
                 Store.destroy(path)
                 store = Store(path, faults=setup.faults)
             state = store.state()
-            if state is not None and not await _belongs(reader, partition, state, start, end):
+            if state is not None and not await _belongs(reader, setup.names, partition, state, start, end):
                 log.warning(
                     "partition %d: the local store is of another cluster-events topic: dropped", partition
                 )
@@ -291,14 +293,14 @@ class PartitionWorker:
                 Store.destroy(path)
                 store, state = Store(path, faults=setup.faults), None
             local = int(state["position"]) if state is not None else -1
-            latest = await snapshot.latest(reader, partition)
+            latest = await snapshot.latest(reader, partition, topic=setup.names.snapshots)
             manifest = latest if latest is not None and latest.position <= local else None
             for candidate in (latest, latest.previous) if manifest is None and latest is not None else ():
                 if candidate is None or candidate.position <= local:
                     break
                 try:
-                    loaded, entries = await snapshot.load(reader, candidate)
-                    if not await _belongs(reader, partition, loaded, start, end):
+                    loaded, entries = await snapshot.load(reader, candidate, topic=setup.names.snapshots)
+                    if not await _belongs(reader, setup.names, partition, loaded, start, end):
                         log.warning(
                             "partition %d: the snapshot at %d is of another topic",
                             partition,
@@ -362,7 +364,7 @@ class PartitionWorker:
 
     async def _read_published(self, reader: Reader) -> None:
         """The decisions published after the state's commit (by this worker before it stopped, or another)."""
-        start, end = await reader.bounds(records.DECISIONS, self.partition)
+        start, end = await reader.bounds(self.setup.names.decisions, self.partition)
         first = start if self.decisions_next is None else self.decisions_next
         if first > end:
             log.warning(
@@ -372,15 +374,15 @@ class PartitionWorker:
                 first,
             )
             return
-        async for m in reader.read(records.DECISIONS, self.partition, max(first, start), end):
+        async for m in reader.read(self.setup.names.decisions, self.partition, max(first, start), end):
             self.published.add(m.value)
 
     async def same_log(self) -> bool:
         """Is cluster-events still the topic this worker folded (not deleted and re-created since)?"""
         state = {"position": self.committed, "fingerprint": self._fingerprint}
         async with self.setup.reader() as reader:
-            start, end = await reader.bounds(topics.CLUSTER_EVENTS, self.partition)
-            return await _belongs(reader, self.partition, state, start, end)
+            start, end = await reader.bounds(self.setup.names.cluster_events, self.partition)
+            return await _belongs(reader, self.setup.names, self.partition, state, start, end)
 
     @property
     def resume_offset(self) -> int:
@@ -392,8 +394,10 @@ class PartitionWorker:
             if until is None:
                 # The end when catching up starts: a live log never goes quiet, and the
                 # transport feeds what comes after.
-                until = (await reader.bounds(topics.CLUSTER_EVENTS, self.partition))[1]
-            async for m in reader.read(topics.CLUSTER_EVENTS, self.partition, self.position + 1, until):
+                until = (await reader.bounds(self.setup.names.cluster_events, self.partition))[1]
+            async for m in reader.read(
+                self.setup.names.cluster_events, self.partition, self.position + 1, until
+            ):
                 await self.process(m.offset, m.key, m.value)
         await self.commit()
 
@@ -443,7 +447,7 @@ class PartitionWorker:
 
     def _fold(self, offset: int, key: bytes | None, value: bytes) -> list[Outgoing]:
         started = time.perf_counter()
-        origin = Origin(records.CLUSTER_EVENTS, self.partition, offset)
+        origin = Origin(self.setup.names.cluster_events, self.partition, offset)
         try:
             batch = records.decode_envelope(value)
         except records.DecodeError as exc:
@@ -465,7 +469,11 @@ class PartitionWorker:
                     encoded = ctl.encoded.get(d["id"])
                     out.append(
                         outbox_mod.decision(
-                            d, partition=self.partition, encoded=encoded, key_id=self.setup.key_id
+                            d,
+                            partition=self.partition,
+                            encoded=encoded,
+                            key_id=self.setup.key_id,
+                            topic=self.setup.names.decisions,
                         )
                     )
                     self._decided.append((started, d))
@@ -497,6 +505,7 @@ class PartitionWorker:
                 error_class=error_class,
                 error=error,
                 partition=self.partition,
+                topic=self.setup.names.dead_letter,
             )
         except Exception as exc:
             log.error(
@@ -512,6 +521,7 @@ class PartitionWorker:
                 error_class=error_class,
                 error=f"{type(exc).__name__} while dead-lettering",
                 partition=self.partition,
+                topic=self.setup.names.dead_letter,
             )
 
     def _stall(self, reason: str) -> Stalled:
@@ -527,7 +537,7 @@ class PartitionWorker:
             self._break(exc)
             raise PartitionBroken(self.broken) from exc
         self._sent.append(record)
-        if record.topic == records.DECISIONS:
+        if record.decision:
             self.decisions_sent += 1
 
     def _break(self, exc: BaseException) -> None:
@@ -571,7 +581,7 @@ class PartitionWorker:
         if self.outbox.transactional:
             self._count_published()  # visible to read_committed consumers from now on
         sent, self._sent = self._sent, []
-        decided = outbox_mod.sent_offsets(sent, offsets, records.DECISIONS)
+        decided = outbox_mod.sent_offsets(sent, offsets, self.setup.names.decisions)
         if decided:
             self.decisions_next = max(decided) + 1
         self.committed = self.position
@@ -591,7 +601,7 @@ class PartitionWorker:
             if logging_decisions:
                 log_decision(d)
         for record in self._sent:
-            if record.topic == records.DEAD_LETTER:
+            if record.dead_letter:
                 deadletter.sent("worker", record.headers)
 
     def _state(self) -> dict[str, Any]:
@@ -649,6 +659,7 @@ class PartitionWorker:
                 state=state,
                 entries=self.store.entries(),
                 previous=self.manifest,
+                topic=self.setup.names.snapshots,
             )
         except SendFailed as exc:
             if isinstance(exc, Fenced):
@@ -702,7 +713,9 @@ def _encoded(event: Any) -> bytes | None:
         return None
 
 
-async def _belongs(reader: Reader, partition: int, state: Mapping[str, Any], start: int, end: int) -> bool:
+async def _belongs(
+    reader: Reader, names: topics.Names, partition: int, state: Mapping[str, Any], start: int, end: int
+) -> bool:
     """Does a state's position belong to the cluster-events topic as it is now (not a recreated one)?"""
     position = int(state.get("position", -1))
     if position < 0:
@@ -712,7 +725,7 @@ async def _belongs(reader: Reader, partition: int, state: Mapping[str, Any], sta
     expected = state.get("fingerprint")
     if position < start or not expected:
         return True  # the record is gone (retention) or was never recorded: nothing to compare
-    record = await reader.at(topics.CLUSTER_EVENTS, partition, position)
+    record = await reader.at(names.cluster_events, partition, position)
     return record is not None and fingerprint(record.key, record.value) == expected
 
 

@@ -373,3 +373,27 @@ def psutil_connections(pid: int) -> list[Any]:
             host = ".".join(str(int(host_hex[i : i + 2], 16)) for i in (6, 4, 2, 0))
             found.append(Conn((host, int(port_hex, 16)), "LISTEN"))
     return found
+
+
+def test_two_installs_on_one_broker_keep_apart(tansu_broker: str, tmp_path: Path) -> None:
+    """--topic-prefix and --group: a second install folds its own topics in its own group, and
+    writes nothing to the first's (nor the first to its)."""
+    cluster = _cluster()
+    expected = _expected(traces.basic(5), cluster)
+    layout = kafka_topics.Layout(names=kafka_topics.Names(f"b{uuid.uuid4().hex[:6]}.preemption."))
+    names = layout.names
+    asyncio.run(kafka_topics.ensure_topics(tansu_broker, layout.specs()))
+    asyncio.run(
+        pipeline.produce(tansu_broker, cluster, expected.log, topic=names.cluster_events, create=False)
+    )
+    worker = pipeline.start_worker(
+        tansu_broker, tmp_path / "store", f"b-{cluster}", extra=["--topic-prefix", names.prefix]
+    )
+    try:
+        got = asyncio.run(
+            pipeline.wait_for_decisions(tansu_broker, cluster, len(expected.decisions), topic=names.decisions)
+        )
+    finally:
+        pipeline.stop(worker)
+    assert got == expected.decisions
+    assert asyncio.run(pipeline.decisions(tansu_broker, cluster)) == []  # none in preemption.decisions
