@@ -101,7 +101,12 @@ def test_installs_as_a_dependency_of_an_umbrella_chart(helm: Helm, tmp_path: Pat
     # What a platform team writes: the subchart's values under its key, no globals at all.
     (umbrella / "values.yaml").write_text(
         yaml.safe_dump(
-            {"preemptctl": {"actuator": {"mode": "dry-run"}, "broker": "kafka://kafka.platform:9092"}}
+            {
+                "preemptctl": {
+                    "actuator": {"mode": "dry-run"},
+                    "kafka": {"bootstrapServers": "kafka.platform:9092"},
+                }
+            }
         )
     )
     built = subprocess.run(
@@ -120,7 +125,7 @@ def test_installs_as_a_dependency_of_an_umbrella_chart(helm: Helm, tmp_path: Pat
     assert helm.names("/apis/apps/v1/namespaces/{ns}/statefulsets") == ["platform-worker"]
     actuator = helm.get("/apis/apps/v1/namespaces/{ns}/deployments/platform-actuator")
     args = cli().parse_args(actuator["spec"]["template"]["spec"]["containers"][0]["args"])
-    assert args.dry_run and args.broker == "kafka://kafka.platform:9092"
+    assert args.dry_run and args.bootstrap_server == "kafka.platform:9092"
     # Cluster-scoped RBAC carries the namespace: this release beside the session's own "pc".
     role = helm.get(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{helm.namespace}-platform-actuator")
     assert role["metadata"]["labels"]["helm.sh/chart"] == f"preemptctl-{chart['version']}"

@@ -81,7 +81,8 @@ def manifests(chart_values: dict[str, Any], *args: str) -> list[dict[str, Any]]:
 
 DEFAULTS = values()
 EVERYTHING = values(
-    hmacSecret="preemptctl-hmac",
+    signing={"enabled": True, "existingSecret": "preemptctl-hmac", "keyIds": ["k1", "k2"],
+             "activeKeyId": "k2"},
     lease={"durationSeconds": 30, "renewDeadlineSeconds": 20, "retryPeriodSeconds": 2.5},
     actuator__mode="act",
     source__extraArgs=["--namespace=team-a"],
@@ -155,7 +156,7 @@ def test_chart_metadata_and_values_schema() -> None:
     for good in (DEFAULTS, EVERYTHING, values(**{"global": {"imageRegistry": "x"}})):
         validator.validate(good)
     for bad in (
-        values(broker="localhost:9092"),
+        values(kafka__bootstrapServers="kafka://localhost:9092"),
         values(source__replicas=3),
         values(actuator__extraArgs=["x"]),
         values(actuator__mode="yes"),
@@ -174,7 +175,7 @@ def test_chart_metadata_and_values_schema() -> None:
         values(cluster="Prod_EU"),
         values(actuator__leaseName="l" * 254),
         values(source__leaseName="Not-A-Name"),
-        values(hmacSecret='key" --dry-run'),
+        values(signing__existingSecret='key" --dry-run'),
         values(image__tag="1.0 --x"),
         values(lease__durationSeconds=12.5),  # the Lease records whole seconds
         values(lease__renewDeadlineSeconds=5),  # no room for one 5 s write
@@ -234,6 +235,7 @@ def test_nothing_renders_until_the_actuator_mode_is_chosen() -> None:
 EXPECTED_KINDS = sorted(
     ["Deployment"] * 2 + ["StatefulSet"] + ["Service"] * 3 + ["ServiceAccount"] * 3 + ["ClusterRole"] * 2
     + ["ClusterRoleBinding"] * 2 + ["Role"] * 2 + ["RoleBinding"] * 2 + ["ConfigMap"] * 2 + ["Pod"]
+    + ["NetworkPolicy"] * 3
 )  # fmt: skip
 
 
@@ -241,7 +243,9 @@ EXPECTED_KINDS = sorted(
 def test_chart_renders_to_the_expected_objects(chart_values: dict[str, Any]) -> None:
     docs = manifests(chart_values)
     pdbs = ["PodDisruptionBudget"] * 3 if chart_values["podDisruptionBudget"]["enabled"] else []
-    assert sorted(d["kind"] for d in docs) == sorted(EXPECTED_KINDS + pdbs)
+    # The signing keys, unless a Secret of the user's holds them (docs/topics.md).
+    signing = [] if chart_values["signing"]["existingSecret"] else ["Secret"]
+    assert sorted(d["kind"] for d in docs) == sorted(EXPECTED_KINDS + pdbs + signing)
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     for doc in docs:
         labels = doc["metadata"]["labels"]
@@ -419,7 +423,11 @@ def test_deployments_run_the_right_component_with_probes(chart_values: dict[str,
 
     # The rendered args are what the command line accepts.
     src = cli().parse_args(container(deployments["source"])["args"])
-    assert (src.broker, src.cluster, src.tick_seconds) == (chart_values["broker"], "default", 1.0)
+    assert (src.bootstrap_server, src.cluster, src.tick_seconds) == (
+        chart_values["kafka"]["bootstrapServers"],
+        "default",
+        1.0,
+    )
     assert src.scheduler_name == chart_values["source"]["schedulerName"]
     cli().parse_args(container(deployments["worker"])["args"])
     act = cli().parse_args(container(deployments["actuator"])["args"])
@@ -444,14 +452,15 @@ def test_deployments_run_the_right_component_with_probes(chart_values: dict[str,
     assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container(
         deployments["actuator"]
     )["env"]
-    if chart_values["hmacSecret"]:
-        assert act.hmac_key_file == ["/etc/preemptctl/hmac/hmac.key"]
-        volumes = deployments["actuator"]["spec"]["template"]["spec"]["volumes"]
-        assert {"name": "hmac", "secret": {"secretName": "preemptctl-hmac"}} in volumes
-        assert "--hmac-key-file=/etc/preemptctl/hmac/hmac.key" in container(deployments["worker"])["args"]
+    signing = chart_values["signing"]
+    secret = signing["existingSecret"] or "pc-signing"
+    assert act.hmac_keys_dir == "/etc/preemptctl/signing"
+    volumes = deployments["actuator"]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "signing", "secret": {"secretName": secret}} in volumes
+    active = signing["activeKeyId"]
+    assert f"--hmac-key-file=/etc/preemptctl/signing/{active}" in container(deployments["worker"])["args"]
+    if chart_values is EVERYTHING:
         assert src.namespace == ["team-a"] and src.scheduler_name == "batch"
-    else:
-        assert act.hmac_key_file is None
 
 
 def test_the_source_is_scoped_to_the_documented_scheduler_profile() -> None:
@@ -485,20 +494,25 @@ def test_notes_say_what_runs_and_warn_about_what_is_unsafe() -> None:
     notes = _notes(DEFAULTS)
     assert "DRY RUN" in notes and "--set actuator.mode=act" in notes
     assert "preemptctl-scheduler" in notes and "DefaultPreemption" in notes
-    assert "not signed" in notes and "helm test pc" in notes and "{{" not in notes
-    notes = _notes(values(actuator__mode="act", source__schedulerName="", hmacSecret="k",
-                          config={"victimAction": "evict"}))  # fmt: skip
+    assert "not signed" not in notes and "helm test pc" in notes and "{{" not in notes
+    assert "over PLAINTEXT without authentication" in notes  # the default: no kafka.properties
+    notes = _notes(values(actuator__mode="act", source__schedulerName="", config={"victimAction": "evict"},
+                          kafka__properties={"security.protocol": "SSL"}))  # fmt: skip
     assert "ACTS on decisions: victims are evicted" in notes
     assert "WARNING: source.schedulerName is empty" in notes and "EVERY scheduler" in notes
-    assert "not signed" not in notes and "DRY RUN" not in notes
+    assert "not signed" not in notes and "DRY RUN" not in notes and "PLAINTEXT" not in notes
+    assert 'signed with key "k1"' in notes
+    unsafe = _notes(values(signing__enabled=False))
+    assert "not signed" in unsafe and "over PLAINTEXT without authentication" in unsafe
 
 
 # Values the manifests hold as integers (the schema says integer): the only output left unquoted.
 INTEGER_VALUES = {".Values.source.replicas", ".Values.worker.replicas", ".Values.actuator.replicas",
                   ".Values.metricsPort", "$.Values.metricsPort",
-                  "$.Values.podDisruptionBudget.maxUnavailable"}  # fmt: skip
-# Actions that print nothing themselves: control flow and variable assignments.
-_CONTROL = re.compile(r"^(?:(?:if|else|end|range|with|define)\b|/\*|\$\w+ :=)")
+                  "$.Values.podDisruptionBudget.maxUnavailable", "$.Values.strimzi.topics.partitions",
+                  "$.Values.topics.replicationFactor"}  # fmt: skip
+# Actions that print nothing themselves: control flow, `fail`, variable assignments.
+_CONTROL = re.compile(r"^(?:(?:if|else|end|range|with|define|fail)\b|/\*|\$\w+ :?=)")
 
 
 def test_every_templated_string_is_quoted() -> None:

@@ -187,7 +187,7 @@ def test_helm_lint_and_server_side_dry_run(kube_cluster: cluster.TestCluster, tm
     )
     for values in (
         ["--set", "actuator.mode=act"],
-        ["--set-string", "hmacSecret=12345", "--set", "actuator.mode=dry-run"],
+        ["--set-string", "signing.existingSecret=12345", "--set", "actuator.mode=dry-run"],
         ["-f", str(everything)],
     ):
         rendered = subprocess.run(

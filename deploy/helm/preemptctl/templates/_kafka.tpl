@@ -1,0 +1,201 @@
+{{/*
+Kafka, topics, consumer groups and decision signing (docs/deploy.md §2, docs/topics.md "Who can
+make what happen"): one place for the flags, files and volumes they add to each component.
+
+Files in every component's container:
+  /etc/preemptctl/kafka/client.properties   the client properties (Secret <fullname>-kafka-client)
+  /etc/preemptctl/kafka-ca/                 kafka.caSecret (the brokers' CA)
+  /etc/preemptctl/kafka-user/               the component's credentials (kafka.userSecrets.<c>,
+                                            or its Strimzi KafkaUser's Secret)
+  /etc/preemptctl/signing/                  signing keys: the worker its active key, the
+                                            actuator every accepted one
+*/}}
+
+{{- define "preemptctl.kafka.strimziUsers" -}}
+{{- if and .Values.strimzi.enabled .Values.strimzi.users.enabled }}true{{ end -}}
+{{- end -}}
+
+{{/* Topics are the operator's (or Strimzi's): the components only check them. */}}
+{{- define "preemptctl.topics.external" -}}
+{{- if or (not .Values.topics.create) (and .Values.strimzi.enabled .Values.strimzi.topics.enabled) }}true{{ end -}}
+{{- end -}}
+
+{{/* The client properties: Strimzi's defaults (with strimzi.users), then kafka.properties over them. */}}
+{{- define "preemptctl.kafka.properties" -}}
+{{- $props := dict -}}
+{{- if include "preemptctl.kafka.strimziUsers" . }}
+{{- if eq .Values.strimzi.users.authentication "tls" }}
+{{- $_ := set $props "security.protocol" "SSL" }}
+{{- $_ := set $props "ssl.certificate.location" "/etc/preemptctl/kafka-user/user.crt" }}
+{{- $_ := set $props "ssl.key.location" "/etc/preemptctl/kafka-user/user.key" }}
+{{- else }}
+{{- $_ := set $props "security.protocol" "SASL_SSL" }}
+{{- $_ := set $props "sasl.mechanism" "SCRAM-SHA-512" }}
+{{- $_ := set $props "sasl.jaas.config" "${directory:/etc/preemptctl/kafka-user:sasl.jaas.config}" }}
+{{- end }}
+{{- end }}
+{{- if .Values.kafka.caSecret }}
+{{- $_ := set $props "ssl.ca.location" "/etc/preemptctl/kafka-ca/ca.crt" }}
+{{- end }}
+{{- toYaml (merge (deepCopy (.Values.kafka.properties | default dict)) $props) -}}
+{{- end -}}
+
+{{- define "preemptctl.kafka.hasProperties" -}}
+{{- if (include "preemptctl.kafka.properties" . | fromYaml) }}true{{ end -}}
+{{- end -}}
+
+{{/* A component's Kafka credentials Secret, if any. (list . "component") */}}
+{{- define "preemptctl.kafka.userSecret" -}}
+{{- $ctx := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- $given := index ($ctx.Values.kafka.userSecrets | default dict) $component | default "" -}}
+{{- if $given -}}
+{{- $given -}}
+{{- else if include "preemptctl.kafka.strimziUsers" $ctx -}}
+{{- printf "%s-%s" (include "preemptctl.fullname" $ctx) $component -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "preemptctl.groups.worker" -}}
+{{- .Values.groups.worker -}}
+{{- end -}}
+
+{{- define "preemptctl.groups.actuator" -}}
+{{- .Values.groups.actuator | default (printf "preemptctl-actuator-%s" .Values.cluster) -}}
+{{- end -}}
+
+{{/* The signing Secret: the user's, else the one the chart generates. */}}
+{{- define "preemptctl.signing.secret" -}}
+{{- .Values.signing.existingSecret | default (printf "%s-signing" (include "preemptctl.fullname" .)) -}}
+{{- end -}}
+
+{{/* Flags every component takes for Kafka and its topics. (list . "component") */}}
+{{- define "preemptctl.kafka.args" -}}
+{{- $ctx := index . 0 -}}
+{{- $component := index . 1 -}}
+- {{ printf "--bootstrap-server=%v" $ctx.Values.kafka.bootstrapServers | quote }}
+- {{ printf "--bootstrap-timeout=%v" $ctx.Values.kafka.bootstrapTimeoutSeconds | quote }}
+{{- if include "preemptctl.kafka.hasProperties" $ctx }}
+- "--kafka-config=/etc/preemptctl/kafka/client.properties"
+{{- end }}
+- {{ printf "--topic-prefix=%v" $ctx.Values.topics.prefix | quote }}
+{{- if include "preemptctl.topics.external" $ctx }}
+- "--no-create-topics"
+{{- else }}
+- {{ printf "--replication-factor=%v" $ctx.Values.topics.replicationFactor | quote }}
+- {{ printf "--min-insync-replicas=%v" $ctx.Values.topics.minInsyncReplicas | quote }}
+{{- end }}
+{{- if eq $component "worker" }}
+- {{ printf "--group=%v" (include "preemptctl.groups.worker" $ctx) | quote }}
+{{- if $ctx.Values.signing.enabled }}
+- {{ printf "--hmac-key-file=/etc/preemptctl/signing/%v" $ctx.Values.signing.activeKeyId | quote }}
+- {{ printf "--hmac-key-id=%v" $ctx.Values.signing.activeKeyId | quote }}
+{{- end }}
+{{- with $ctx.Values.tables }}
+{{- if .enabled }}
+- {{ printf "--tables-port=%v" .port | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if eq $component "actuator" }}
+- {{ printf "--group-id=%v" (include "preemptctl.groups.actuator" $ctx) | quote }}
+- {{ printf "--lag-group=%v" (include "preemptctl.groups.worker" $ctx) | quote }}
+{{- if $ctx.Values.signing.enabled }}
+- "--hmac-keys-dir=/etc/preemptctl/signing"
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The volume mounts of those files. (list . "component") */}}
+{{- define "preemptctl.kafka.volumeMounts" -}}
+{{- $ctx := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- if include "preemptctl.kafka.hasProperties" $ctx }}
+- name: kafka-client
+  mountPath: /etc/preemptctl/kafka
+  readOnly: true
+{{- end }}
+{{- if $ctx.Values.kafka.caSecret }}
+- name: kafka-ca
+  mountPath: /etc/preemptctl/kafka-ca
+  readOnly: true
+{{- end }}
+{{- if include "preemptctl.kafka.userSecret" (list $ctx $component) }}
+- name: kafka-user
+  mountPath: /etc/preemptctl/kafka-user
+  readOnly: true
+{{- end }}
+{{- if and $ctx.Values.signing.enabled (has $component (list "worker" "actuator")) }}
+- name: signing
+  mountPath: /etc/preemptctl/signing
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* The volumes behind them. (list . "component") */}}
+{{- define "preemptctl.kafka.volumes" -}}
+{{- $ctx := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- if include "preemptctl.kafka.hasProperties" $ctx }}
+- name: kafka-client
+  secret:
+    secretName: {{ printf "%s-kafka-client" (include "preemptctl.fullname" $ctx) | quote }}
+{{- end }}
+{{- with $ctx.Values.kafka.caSecret }}
+- name: kafka-ca
+  secret:
+    secretName: {{ . | quote }}
+{{- end }}
+{{- with include "preemptctl.kafka.userSecret" (list $ctx $component) }}
+- name: kafka-user
+  secret:
+    secretName: {{ . | quote }}
+{{- end }}
+{{- if and $ctx.Values.signing.enabled (eq $component "worker") }}
+# Only the key it signs with: a worker never holds the keys it does not use.
+- name: signing
+  secret:
+    secretName: {{ include "preemptctl.signing.secret" $ctx | quote }}
+    items:
+      - key: {{ $ctx.Values.signing.activeKeyId | quote }}
+        path: {{ $ctx.Values.signing.activeKeyId | quote }}
+{{- else if and $ctx.Values.signing.enabled (eq $component "actuator") }}
+- name: signing
+  secret:
+    secretName: {{ include "preemptctl.signing.secret" $ctx | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* A pod annotation that changes with the client properties: a change rolls the pods. */}}
+{{- define "preemptctl.kafka.checksum" -}}
+{{- include "preemptctl.kafka.properties" . | sha256sum -}}
+{{- end -}}
+
+{{/* The topics and their configs (streams/kafka/topics.py's topic_specs; a test keeps them equal). */}}
+{{- define "preemptctl.topics.specs" -}}
+topics:
+  - name: cluster-events
+    config: {cleanup.policy: delete, retention.ms: "7776000000", max.message.bytes: "2097152"}
+  - name: decisions
+    config: {cleanup.policy: delete, retention.ms: "7776000000", max.message.bytes: "2097152"}
+  - name: evictions
+    config: {cleanup.policy: delete, retention.ms: "7776000000"}
+  - name: dead-letter
+    config: {cleanup.policy: delete, retention.ms: "2592000000", max.message.bytes: "2097152"}
+  - name: snapshots
+    config: {cleanup.policy: compact, segment.ms: "21600000", max.message.bytes: "2097152"}
+{{- end -}}
+
+{{/* The client properties as a .properties file, one key=value a line, keys sorted. */}}
+{{- define "preemptctl.kafka.propertiesFile" -}}
+{{- range $key, $value := (include "preemptctl.kafka.properties" . | fromYaml) }}
+{{ printf "%s=%v" $key $value }}
+{{- end }}
+{{- end -}}
+
+{{/* A list of port numbers as NetworkPolicy ports (TCP). */}}
+{{- define "preemptctl.tcpPorts" -}}
+{{- $ports := list -}}
+{{- range . }}{{ $ports = append $ports (dict "port" . "protocol" "TCP") }}{{ end -}}
+{{- toYaml $ports -}}
+{{- end -}}
