@@ -77,6 +77,10 @@ ADMIN_REQUEST_TIMEOUT_MS = 30_000
 _TOPIC_ALREADY_EXISTS = 36
 
 
+class TopicsMissing(BrokerUnavailable):
+    """Topics the component does not create (--no-create-topics) are not there (yet)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class TopicSpec:
     """A topic as ensure_topics creates it."""
@@ -289,7 +293,7 @@ async def ensure_worker_topics(
         counts = await partition_counts(kafka)
     for name in (names.cluster_events, names.decisions, names.dead_letter, names.snapshots):
         if name not in counts:
-            raise BrokerUnavailable(
+            raise TopicsMissing(
                 f"topic {name} does not exist (or this principal may not Describe it) on "
                 f"{connection.of(kafka).describe()}: create it, or run the worker without --no-create-topics"
             )

@@ -7,16 +7,14 @@ This module owns:
 - `raw_request`, a request whose answer is the raw aiohttp response, for the
   source's list and watch streams (raw JSON, no model round trip);
 - `ApiError` and `status_of`, one reading of "what did the API answer";
-- `Backoff`, exponential backoff with jitter for every retry loop;
+- `Backoff` (streams.common.backoff, kept importable here), for every retry loop;
 - `micro_time`, the one format times are sent to the server in.
 """
 
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +22,8 @@ import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
+
+from streams.common.backoff import Backoff
 
 __all__ = [
     "ApiError",
@@ -58,15 +58,6 @@ REQUEST_TIMEOUT_S = 30.0
 WRITE_TIMEOUT_S = 5.0
 # HTTP methods that change something: each is sent with the server-side deadline.
 _WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-
-# Retries after an API error: fast enough to ride out an API server restart,
-# slow enough not to hammer an overloaded one (client-go's informers back off
-# from 0.8 s to 30 s for the same reason).
-BACKOFF_INITIAL_S = 0.5
-BACKOFF_MAX_S = 30.0
-BACKOFF_FACTOR = 2.0
-# ±20%: many controllers restarted together must not retry in lockstep.
-BACKOFF_JITTER = 0.2
 
 
 class ApiError(Exception):
@@ -232,23 +223,3 @@ def micro_time(moment: datetime) -> str:
     microsecond is 0, and the server answers such a write 400 Bad Request.
     """
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-@dataclass
-class Backoff:
-    """Exponential backoff with jitter; `reset()` after a success."""
-
-    initial_s: float = BACKOFF_INITIAL_S
-    max_s: float = BACKOFF_MAX_S
-    factor: float = BACKOFF_FACTOR
-    jitter: float = BACKOFF_JITTER
-    _next: float = field(default=0.0, init=False)
-
-    def delay(self) -> float:
-        """The next delay to sleep, growing each call up to max_s."""
-        base = self._next or self.initial_s
-        self._next = min(base * self.factor, self.max_s)
-        return base * (1 + random.uniform(-self.jitter, self.jitter))
-
-    def reset(self) -> None:
-        self._next = 0.0

@@ -39,6 +39,7 @@ from aiokafka.errors import KafkaError
 from engine import config as config_mod
 from streams.common import health as health_mod
 from streams.common import logs, options, signing
+from streams.common.backoff import Backoff
 from streams.common.errors import UsageError
 from streams.kafka import connection, lag, ownership
 from streams.kafka import topics as kafka_topics
@@ -267,6 +268,43 @@ def build_app(
     return app
 
 
+async def wait_for_kafka(
+    kafka: connection.KafkaConfig,
+    layout: kafka_topics.Layout,
+    *,
+    create: bool,
+    health_host: str,
+    health_port: int | None,
+    backoff: Backoff | None = None,
+) -> int:
+    """Until Kafka answers and the worker's topics are there: cluster-events' partition count.
+
+    Kafka often starts after its clients, or is restarting when they start, and an operator's
+    (or Strimzi's) topics may appear moments after: the worker waits for them, with backoff,
+    saying why at each try, live and unready on its health port, instead of exiting for its
+    supervisor to restart it again and again. Topics it cannot use as they are (too few
+    partitions) are a mistake to fix: BrokerUnavailable, one line, exit 2.
+    """
+    backoff = backoff or Backoff()
+    state = health_mod.Health("worker")  # not ready: faust's app serves readiness once it runs
+    server = (
+        await health_mod.HealthServer(state, host=health_host, port=health_port).start()
+        if health_port is not None
+        else None
+    )
+    try:
+        while True:
+            try:
+                return await kafka_topics.ensure_worker_topics(kafka, layout, create=create)
+            except (connection.BrokerUnreachable, kafka_topics.TopicsMissing, KafkaError, OSError) as exc:
+                delay = backoff.delay()
+                log.warning("%s; trying again in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+    finally:
+        if server is not None:
+            await server.stop()  # faust's app serves the port from now on
+
+
 def cmd(args: argparse.Namespace) -> int:
     kafka = connection.from_args(args)
     layout = kafka_topics.from_args(args)
@@ -279,8 +317,18 @@ def cmd(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     if args.session_timeout <= 0:
         raise UsageError(f"--session-timeout must be positive, got {args.session_timeout}")
+    # Before waiting for Kafka: what the wait says must reach the log in the chosen format.
+    logs.configure(component="worker", level=args.log_level, fmt=args.log_format)
     try:
-        asyncio.run(kafka_topics.ensure_worker_topics(kafka, layout, create=not args.no_create_topics))
+        asyncio.run(
+            wait_for_kafka(
+                kafka,
+                layout,
+                create=not args.no_create_topics,
+                health_host=args.health_host,
+                health_port=args.health_port,
+            )
+        )
     except kafka_topics.BrokerUnavailable as exc:
         raise UsageError(str(exc)) from exc
     store_dir = Path(args.store_dir)

@@ -12,6 +12,7 @@ import contextlib
 import os
 import random
 import shutil
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -24,6 +25,7 @@ from aiokafka import AIOKafkaProducer
 
 from engine.config import Config
 from schemas import records
+from streams.brokers import embedded
 from streams.brokers.process import free_loopback_port
 from streams.kafka import topics as kafka_topics
 from streams.pipeline import fold
@@ -397,3 +399,41 @@ def test_two_installs_on_one_broker_keep_apart(tansu_broker: str, tmp_path: Path
         pipeline.stop(worker)
     assert got == expected.decisions
     assert asyncio.run(pipeline.decisions(tansu_broker, cluster)) == []  # none in preemption.decisions
+
+
+def test_a_worker_started_before_its_broker_waits_unready_then_folds(tmp_path: Path) -> None:
+    """Kafka down at start (not up yet, or restarting): the worker stays up, live and unready,
+    saying why, instead of exiting for its supervisor to restart it; once a broker answers on
+    that address it creates its topics and folds."""
+    port, health = free_loopback_port(), free_loopback_port()
+    bootstrap = f"127.0.0.1:{port}"
+    cluster = _cluster()
+    expected = _expected(traces.basic(3), cluster)
+    worker = pipeline.start_worker(
+        bootstrap, tmp_path / "store", f"g-{cluster}",
+        extra=["--health-port", str(health), "--health-host", "127.0.0.1", "--bootstrap-timeout", "1"],
+    )  # fmt: skip
+
+    def status(path: str) -> int:
+        try:
+            return int(urllib.request.urlopen(f"http://127.0.0.1:{health}{path}", timeout=5).status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+        except OSError:
+            return 0
+
+    try:
+        log = tmp_path / "store.log"
+        deadline = time.monotonic() + pipeline.DECISIONS_TIMEOUT_S
+        while log.read_text(errors="replace").count("trying again") < 2:  # two tries, both refused
+            assert worker.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.2)
+        assert (status("/livez"), status("/readyz")) == (200, 503)
+        assert f"cannot reach Kafka at {bootstrap} over PLAINTEXT" in log.read_text()
+        with embedded.EmbeddedBroker(port=port, log_path=tmp_path / "tansu.log") as broker:
+            asyncio.run(pipeline.produce(broker.bootstrap, cluster, expected.log))
+            got = asyncio.run(pipeline.wait_for_decisions(broker.bootstrap, cluster, len(expected.decisions)))
+            assert got == expected.decisions
+            assert worker.poll() is None
+    finally:
+        pipeline.stop(worker)

@@ -200,6 +200,15 @@ def test_a_network_policy_admits_only_the_metrics_port() -> None:
         assert spec["podSelector"]["matchLabels"] == selector
         assert spec["policyTypes"] == ["Ingress"]
         assert spec["ingress"] == [{"ports": [{"port": 9102, "protocol": "TCP"}]}]
+    prometheus = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    narrowed = values(networkPolicy={**values()["networkPolicy"], "metricsFrom": prometheus})
+    docs = manifests(narrowed)
+    (test_pod,) = [d for d in docs if d["kind"] == "Pod"]
+    for spec in (d["spec"] for d in docs if d["kind"] == "NetworkPolicy"):
+        (rule,) = spec["ingress"]
+        assert rule["from"][:1] == prometheus
+        # ... and `helm test`'s pod, which asks each component for /readyz.
+        assert rule["from"][1]["podSelector"]["matchLabels"].items() <= test_pod["metadata"]["labels"].items()
     egress = values()["networkPolicy"]
     egress = {**egress, "egress": {**egress["egress"], "enabled": True,
                                    "kafka": [{"namespaceSelector": {"matchLabels": {"name": "kafka"}}}],
