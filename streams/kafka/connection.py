@@ -790,19 +790,19 @@ async def start(kafka: KafkaConfig, started: Any) -> None:
         async with asyncio.timeout(kafka.bootstrap_timeout_s):
             await started.start()
     except (KafkaError, OSError, TimeoutError, ssl.SSLError) as exc:
-        # Ask the brokers once more, directly, for the reason (refused, TLS, credentials).
-        await reach(kafka, timeout_s=min(PROBE_ATTEMPT_TIMEOUT_S, kafka.bootstrap_timeout_s))
+        # Ask each broker once more, directly, for the reason (refused, TLS, credentials).
+        await reach(kafka, timeout_s=min(PROBE_ATTEMPT_TIMEOUT_S, kafka.bootstrap_timeout_s), once=True)
         reason, auth = _reason(exc)
         message = f"cannot connect to Kafka at {kafka.describe()}: {reason}"
         raise BrokerUnreachable(message, auth=auth) from exc
 
 
-async def reach(kafka: Connect, *, timeout_s: float | None = None) -> None:
+async def reach(kafka: Connect, *, timeout_s: float | None = None, once: bool = False) -> None:
     """Return once a broker answers (TCP, TLS, SASL and a metadata request); else BrokerUnreachable.
 
     Tries every bootstrap address, round after round, until one answers or `timeout_s`
-    (default: the config's bootstrap timeout) is spent. A refused credential or TLS
-    handshake ends the wait at once: waiting would not change the answer.
+    (default: the config's bootstrap timeout) is spent; `once`: one round only. A refused
+    credential or TLS handshake ends the wait at once: waiting would not change the answer.
     """
     from aiokafka.errors import KafkaError
 
@@ -828,9 +828,8 @@ async def reach(kafka: Connect, *, timeout_s: float | None = None) -> None:
                     raise BrokerUnreachable(
                         f"cannot connect to Kafka at {config.describe()}: {host}:{port}: {reason}", auth=True
                     ) from exc
-        if loop.time() >= deadline:
+        if once or loop.time() >= deadline:
             detail = "; ".join(f"{address}: {why}" for address, why in last.items())
-            raise BrokerUnreachable(
-                f"cannot reach Kafka at {config.describe()} within {budget:g} s ({detail})"
-            )
+            within = "" if once else f" within {budget:g} s"
+            raise BrokerUnreachable(f"cannot reach Kafka at {config.describe()}{within} ({detail})")
         await asyncio.sleep(min(PROBE_RETRY_S, max(0.0, deadline - loop.time())))

@@ -71,6 +71,9 @@ FAUST_DATADIR = "faust"
 # How often the worker asks the broker which cluster-events partitions its group owns
 # (streams.kafka.ownership): two small requests; an orphaned partition is noticed this late.
 OWNERSHIP_CHECK_INTERVAL_S = 10.0
+# How long a partition that failed to open asks Kafka whether it answers at all, before
+# counting the failure as its own (streams.pipeline.partitions): one probe of each broker.
+UNREACHABLE_CHECK_S = 10.0
 # The process exits with this code when it must stop publishing (fenced by another
 # worker) or cannot open a partition: its supervisor restarts it.
 EXIT_FATAL = 3
@@ -163,11 +166,19 @@ def build_app(
             shared.append(producer)
         return KafkaOutbox(shared[0], transactional=False, owns_producer=False, faults=faults)
 
+    async def unreachable() -> str | None:
+        try:
+            await connection.reach(kafka, timeout_s=UNREACHABLE_CHECK_S)
+        except connection.BrokerUnreachable as exc:
+            return str(exc)
+        return None
+
     setup = Setup(
         config=config,
         key=key,
         key_id=key_id,
         names=names,
+        unreachable=unreachable,
         store_dir=store_dir,
         reader=lambda: PartitionReader(kafka, read_committed=exactly_once),
         outbox=new_outbox,
@@ -226,9 +237,13 @@ def build_app(
                     raise
                 admin.append(client)
             unowned = await ownership.unowned(admin[0], group=app_id, topic=names.cluster_events)
+        except connection.BrokerUnreachable as exc:
+            partitions.kafka_unanswered(str(exc))  # not ready until it answers again
+            return
         except (KafkaError, OSError, connection.BrokerUnavailable) as exc:
             log.warning("could not check which partitions the group owns (%s); again later", exc)
             return
+        partitions.kafka_unanswered(None)
         partitions.owners_seen(unowned, now=time.monotonic())
         await partitions.check_logs()
 

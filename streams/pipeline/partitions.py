@@ -10,7 +10,8 @@
   read from the log first.
 - A failed send or commit (PartitionBroken) reopens the partition from its
   store, which re-derives the same decisions and publishes what is missing;
-  after REOPEN_ATTEMPTS failures in a row, or when another worker has fenced
+  after REOPEN_ATTEMPTS failures in a row while Kafka answers (while it does not, it
+  waits, unready, as long as it takes), or when another worker has fenced
   this one (it owns the partition now), `on_fatal` ends the process for its
   supervisor to restart. Exiting is always safe: the store never reflects a
   record whose output is not in the log.
@@ -58,10 +59,11 @@ from streams.pipeline.worker import POSITION, PartitionBroken, PartitionWorker, 
 
 log = logging.getLogger("preemptctl.worker")
 
-# Opening a partition again after a failed send or an unreachable broker: this many
-# tries, waiting REOPEN_BACKOFF_S, doubled each time up to REOPEN_BACKOFF_MAX_S
-# (~1 min in all, long enough for a broker restart or a leader election), then the
-# process exits and its supervisor restarts it.
+# Opening a partition again after a failed send: this many tries, waiting REOPEN_BACKOFF_S,
+# doubled each time up to REOPEN_BACKOFF_MAX_S (~1 min in all, long enough for a leader
+# election), then the process exits and its supervisor restarts it. While Kafka itself does not
+# answer (Setup.unreachable), tries do not count: the worker waits, unready, as long as it takes,
+# since a restart could only wait the same way (streams.pipeline.app.wait_for_kafka).
 REOPEN_ATTEMPTS = 6
 REOPEN_BACKOFF_S = 1.0
 REOPEN_BACKOFF_MAX_S = 16.0
@@ -129,6 +131,8 @@ class Partitions:
         self.suspended: dict[int, tuple[PartitionWorker, tuple[int, ...]]] = {}
         self.assigned = False
         self.unowned: set[int] = set()
+        # Why Kafka did not answer the last ownership check (None: it did): not ready meanwhile.
+        self.kafka_away: str | None = None
         self._unowned_since: float | None = None
         # assign and revoke each run whole: a revoke still committing a worker (or reading its
         # output ends) must be done before an assignment opens the partition again, or two
@@ -397,7 +401,8 @@ class Partitions:
             self._update_ready()
             return kept[0]
         delay = REOPEN_BACKOFF_S
-        for attempt in range(1, REOPEN_ATTEMPTS + 1):
+        attempt = 0
+        while attempt < REOPEN_ATTEMPTS:
             worker = None
             try:
                 worker = await PartitionWorker.open(partition=partition, setup=self.setup)
@@ -418,17 +423,28 @@ class Partitions:
                 if worker is not None and worker.fenced:
                     self._fatal(Fatal(str(worker.broken)))
                     return None
+                away = await self._kafka_away()
+                if away is None:
+                    attempt += 1
                 if attempt == REOPEN_ATTEMPTS:
                     self._fatal(Fatal(f"partition {partition} could not be opened: {exc}"))
                     return None
-                log.warning(
-                    "partition %d: opening failed (%s); again in %.0fs (%d/%d)",
-                    partition,
-                    exc,
-                    delay,
-                    attempt,
-                    REOPEN_ATTEMPTS,
-                )
+                if away is not None:
+                    log.warning(
+                        "partition %d: opening failed, Kafka does not answer (%s); again in %.0fs",
+                        partition,
+                        away,
+                        delay,
+                    )
+                else:
+                    log.warning(
+                        "partition %d: opening failed (%s); again in %.0fs (%d/%d)",
+                        partition,
+                        exc,
+                        delay,
+                        attempt,
+                        REOPEN_ATTEMPTS,
+                    )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, REOPEN_BACKOFF_MAX_S)
                 continue
@@ -440,6 +456,15 @@ class Partitions:
             self._update_ready()
             return worker
         return None
+
+    async def _kafka_away(self) -> str | None:
+        """Why Kafka does not answer (None: it does, or the setup cannot tell)."""
+        if self.setup.unreachable is None:
+            return None
+        try:
+            return await self.setup.unreachable()
+        except Exception as exc:  # the check itself must never end the partition's task
+            return f"{type(exc).__name__}: {exc}"
 
     async def _reopen(self, partition: int) -> None:
         worker = self.workers.pop(partition, None)
@@ -477,7 +502,18 @@ class Partitions:
 
     def _update_ready(self) -> None:
         if self.health is not None:
-            self.health.set_ready(self.assigned and not self.opening and not self.unowned)
+            self.health.set_ready(
+                self.assigned and not self.opening and not self.unowned and self.kafka_away is None
+            )
+
+    def kafka_unanswered(self, reason: str | None) -> None:
+        """What the last look at Kafka found: `reason` it did not answer, None it did."""
+        if (reason is None) != (self.kafka_away is None):
+            log.warning("Kafka does not answer (%s): not ready", reason) if reason else log.info(
+                "Kafka answers again"
+            )
+        self.kafka_away = reason
+        self._update_ready()
 
     def owners_seen(self, unowned: set[int] | None, *, now: float) -> None:
         """The partitions no member of the group owns (None: the group is rebalancing), seen at `now`.

@@ -173,6 +173,9 @@ class Setup:
     key_id: str | None = None
     # The topics' names (--topic-prefix).
     names: topics.Names = topics.DEFAULT_NAMES
+    # Why Kafka does not answer, or None when it does (None here: always). A partition that
+    # cannot open while Kafka is away waits for it instead of using up its reopen attempts.
+    unreachable: Callable[[], Awaitable[str | None]] | None = None
 
 
 def fingerprint(key: bytes | None, value: bytes) -> str:

@@ -172,6 +172,15 @@ class Worker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def ready(self) -> bool:
+        """Does /readyz answer 200 right now?"""
+        try:
+            return bool(
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1).status == 200
+            )
+        except OSError:
+            return False
+
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -29,13 +29,16 @@ from schemas import records
 from streams.brokers.kafka_local import LocalKafka
 from streams.kafka import topics
 from streams.kafka.reading import PartitionReader
-from streams.pipeline import outbox, snapshot
+from streams.pipeline import outbox, partitions, snapshot
 from streams.pipeline.app import EXIT_FATAL, EXIT_STALLED
 from tests import test_fold_atomic
 from tests.chaos import harness
 from tests.chaos.harness import Worker, assert_same, expected, log_of, produce, wait_published
 
 NODES = 60  # ~900 events and 60 decisions per cluster log
+# The reopen attempts of one partition wait 1+2+4+8+16+16 s (streams.pipeline.partitions), plus
+# one probe of the broker each: past them, and the worker still up, within this.
+OUTAGE_TIMEOUT_S = 180.0
 # A paused worker's partition is taken over (session timeout, join, open, catch up) and
 # its decisions published within this long: well under the transaction timeout.
 TAKEOVER_S = 0.6 * outbox.TRANSACTION_TIMEOUT_MS / 1000
@@ -148,6 +151,42 @@ def test_broker_sigkilled_and_restarted_mid_trace(kafka: LocalKafka, tmp_path: P
     finally:
         supervising.set()
         thread.join(5)
+        w.stop()
+    assert_same(got, want)
+
+
+def test_a_kafka_outage_longer_than_the_reopen_attempts_keeps_the_worker_up(
+    kafka: LocalKafka, tmp_path: Path, seed: int
+) -> None:
+    """Kafka gone for longer than a partition's reopen attempts last: the worker waits for it,
+    unready, saying why, and never exits (a restart could only wait the same way, and Kubernetes
+    would back its restarts off); once the broker is back it folds on, nothing lost or doubled."""
+    rnd = random.Random(seed)
+    cluster = f"outage-{seed}"
+    log = log_of(cluster, NODES)
+    want = expected(log)
+    cut = len(log) * 9 // 10
+    # A backlog of one event a record: the worker is still catching up when the broker dies.
+    asyncio.run(produce(kafka.bootstrap, cluster, log[:cut], [1]))
+    w = Worker(kafka.bootstrap, tmp_path / "store", "g-outage").start()
+    try:
+        deadline = time.monotonic() + harness.READY_TIMEOUT_S
+        while "opened at offset" not in w.log_text():  # catching up with the backlog now
+            assert time.monotonic() < deadline, w.tail()
+            time.sleep(0.02)
+        kafka.kill()
+        # More waits than REOPEN_ATTEMPTS: before, the process would have exited here.
+        deadline = time.monotonic() + OUTAGE_TIMEOUT_S
+        while w.log_text().count("opening failed, Kafka does not answer") < partitions.REOPEN_ATTEMPTS:
+            assert w.alive(), f"the worker exited during the outage: {w.tail()}"
+            assert time.monotonic() < deadline, w.tail()
+            time.sleep(0.5)
+        assert w.alive() and not w.ready(), w.tail()
+        kafka.restart()
+        asyncio.run(produce(kafka.bootstrap, cluster, log[cut:], _sizes(rnd)))
+        got = wait_published(kafka.bootstrap, cluster, len(want))
+        assert w.alive() and w.starts == 1, w.tail()
+    finally:
         w.stop()
     assert_same(got, want)
 

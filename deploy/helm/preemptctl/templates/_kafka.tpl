@@ -86,7 +86,7 @@ Files in every component's container:
 - {{ printf "--min-insync-replicas=%v" $ctx.Values.topics.minInsyncReplicas | quote }}
 {{- end }}
 {{- if eq $component "worker" }}
-- {{ printf "--group=%v" (include "preemptctl.groups.worker" $ctx) | quote }}
+- {{ printf "--group-id=%v" (include "preemptctl.groups.worker" $ctx) | quote }}
 {{- if $ctx.Values.signing.enabled }}
 - {{ printf "--hmac-key-file=/etc/preemptctl/signing/%v" $ctx.Values.signing.activeKeyId | quote }}
 - {{ printf "--hmac-key-id=%v" $ctx.Values.signing.activeKeyId | quote }}
