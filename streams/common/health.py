@@ -80,7 +80,52 @@ class Health:
         return failures
 
 
-class HealthServer:
+# Where a server of views for operators binds unless told otherwise: only a port-forward
+# (or a process in the pod) reaches it.
+LOCALHOST = "127.0.0.1"
+
+
+class RouteServer:
+    """GET routes on their own address, nothing else: `async with RouteServer(routes, port=0) as s`."""
+
+    def __init__(self, routes: Sequence[Route], *, host: str = LOCALHOST, port: int) -> None:
+        self._routes = tuple(routes)
+        self._host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    def _described(self) -> str:
+        return "views"
+
+    async def start(self) -> Self:
+        app = web.Application()
+        for path, handler in self._routes:
+            app.router.add_get(path, handler)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self._host, self.port).start()
+        # Port 0 asks the OS for a free port; report the one actually bound.
+        addresses = self._runner.addresses
+        if addresses:
+            self.port = int(addresses[0][1])
+        log.info("%s on http://%s:%d", self._described(), self._host, self.port)
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+class HealthServer(RouteServer):
     """The HTTP endpoints of one Health; `async with HealthServer(health, port=0) as s: s.port`."""
 
     def __init__(
@@ -92,13 +137,13 @@ class HealthServer:
         registry: CollectorRegistry = REGISTRY,
         routes: Sequence[Route] = (),
     ) -> None:
+        probes: list[Route] = [("/livez", self._livez), ("/readyz", self._readyz)]
+        super().__init__([*probes, ("/metrics", self._metrics), *routes], host=host, port=port)
         self.health = health
-        self._routes = tuple(routes)
-        self._host = host
-        self._port = port
         self._registry = registry
-        self._runner: web.AppRunner | None = None
-        self.port = port
+
+    def _described(self) -> str:
+        return f"{self.health.component} health and metrics"
 
     async def _livez(self, request: web.Request) -> web.Response:
         failures = self.health.liveness()
@@ -117,76 +162,7 @@ class HealthServer:
 
     async def start(self) -> Self:
         BUILD.info({"version": _version()})
-        app = web.Application()
-        app.router.add_get("/livez", self._livez)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
-        for path, handler in self._routes:
-            app.router.add_get(path, handler)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
-        await site.start()
-        # Port 0 asks the OS for a free port; report the one actually bound.
-        addresses = self._runner.addresses
-        if addresses:
-            self.port = int(addresses[0][1])
-        log.info("%s health and metrics on http://%s:%d", self.health.component, self._host, self.port)
-        return self
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
-
-
-# Where a server of views for operators binds unless told otherwise: only a port-forward
-# (or a process in the pod) reaches it.
-LOCALHOST = "127.0.0.1"
-
-
-class RouteServer:
-    """GET routes on their own address, nothing else: `async with RouteServer(routes, port=0) as s`."""
-
-    def __init__(self, routes: Sequence[Route], *, host: str = LOCALHOST, port: int) -> None:
-        self._routes = tuple(routes)
-        self._host = host
-        self.port = port
-        self._runner: web.AppRunner | None = None
-
-    async def start(self) -> Self:
-        app = web.Application()
-        for path, handler in self._routes:
-            app.router.add_get(path, handler)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self._host, self.port).start()
-        addresses = self._runner.addresses
-        if addresses:
-            self.port = int(addresses[0][1])
-        log.info("views on http://%s:%d", self._host, self.port)
-        return self
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
+        return await super().start()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

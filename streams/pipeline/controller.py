@@ -209,6 +209,23 @@ def scope_of(event: Mapping[str, Any]) -> tuple[str, ...] | None:
     return tuple(sorted(set(scope["schedulerNames"])))
 
 
+# The controller's own values an event may replace (its objects go through the undo log): a
+# rejected event sets each back, so it leaves no trace, not even a sequence number.
+_ROLLED_BACK = (
+    "seq",
+    "prev_hash",
+    "decisions",
+    "last_seq",
+    "last_id",
+    "_earliest",
+    "gen",
+    "clock",
+    "scope",
+    "toleration_checked",
+    "resync",
+)
+
+
 @dataclass(slots=True)
 class Controller:
     cluster_name: str
@@ -262,19 +279,7 @@ class Controller:
         Every change is noted in the undo log first; on any exception the log is
         rolled back, so a rejected event leaves no trace, not even a sequence number.
         """
-        scalars = (
-            self.seq,
-            self.prev_hash,
-            self.decisions,
-            self.last_seq,
-            self.last_id,
-            self._earliest,
-            self.gen,
-            self.clock,
-            self.scope,
-            self.toleration_checked,
-        )
-        resync = self.resync
+        scalars = [getattr(self, name) for name in _ROLLED_BACK]
         undo = self._undo
         undo.cluster = self.cluster  # restore() replaces the cluster after construction
         self._deciding = False
@@ -285,19 +290,8 @@ class Controller:
             return self._handle(event)
         except Exception as exc:
             undo.rollback()
-            (
-                self.seq,
-                self.prev_hash,
-                self.decisions,
-                self.last_seq,
-                self.last_id,
-                self._earliest,
-                self.gen,
-                self.clock,
-                self.scope,
-                self.toleration_checked,
-            ) = scalars
-            self.resync = resync
+            for name, value in zip(_ROLLED_BACK, scalars, strict=True):
+                setattr(self, name, value)
             self._rebuild_timers()
             if self._deciding:
                 # The engine raised while deciding: its ranking caches may be half-updated.
