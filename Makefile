@@ -7,7 +7,8 @@ SHARED ?= ../shared
 
 .PHONY: run test lint unit conformance parity kafka kube-tools tools bench chaos clean
 
-$(STAMP): pyproject.toml
+# engine/__init__.py holds the version (pyproject reads it): the installed metadata follows a bump.
+$(STAMP): pyproject.toml engine/__init__.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'

@@ -10,5 +10,9 @@ and the instant it is given. `streams` wraps it with Kafka and Kubernetes.
 # (`engineVersion`): replaying a log with another engine version may legitimately decide
 # differently. 0.2.0: PDB violations counted on the
 # final victims, `node` for single-pod job preemptors, minimal ties by start time,
-# explanations of three candidates and none for a fitting pod.
-ENGINE_VERSION = "0.2.0"
+# explanations of three candidates and none for a fitting pod. 0.3.0: kube-scheduler parity
+# (a wait only for its own preemptions, a nominated node too small is no reason to wait,
+# label-less pods count against no PDB, a pod not yet scheduled is exempt from toleration),
+# pending preemptors decided again when the cluster changes, decisions only for the scopes'
+# schedulers, actuator outcomes folded back, bounds on input, minimal mode's new search.
+ENGINE_VERSION = "0.3.0"

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
 import pytest
 
 from streams.brokers import embedded
@@ -241,6 +242,18 @@ def test_every_file_a_doc_or_help_names_exists() -> None:
             if not (ROOT / path).exists():
                 missing.append(f"{case.relative_to(ROOT)}: {path}")
     assert not missing, "\n".join(missing)
+
+
+def test_the_decision_record_docs_show_is_the_bundled_examples_first() -> None:
+    """docs/topics.md says its example records come from a real run of the bundled example:
+    its decision record (hash included) is the first one `run` decides, so a change of the
+    engine, its version or the record's shape shows here."""
+    from streams.sim import traces
+    from tests import audit_traces
+
+    text = (ROOT / "docs" / "topics.md").read_text()
+    (shown,) = [b for b in re.findall(r"```json\n(.*?)\n```", text, re.S) if b.startswith('{\n  "v": 1,')]
+    assert orjson.loads(shown) == audit_traces.decisions(traces.example())[0]
 
 
 @pytest.mark.parametrize("text", ["see docs/nope.md", "preemptctl --config conformance/FORMAT.md"])
