@@ -44,7 +44,7 @@ def test_worker_values_reach_the_statefulset() -> None:
             worker__processingGuarantee="at_least_once",
             worker__sessionTimeoutSeconds=30,
             worker__persistence={"size": "50Gi", "storageClassName": "fast-ssd"},
-            hmacSecret="k",
+            signing={"enabled": True, "existingSecret": "k", "keyIds": ["k1", "k2"], "activeKeyId": "k2"},
         )
     )
     (claim,) = worker["spec"]["volumeClaimTemplates"]
@@ -52,5 +52,8 @@ def test_worker_values_reach_the_statefulset() -> None:
     assert claim["spec"]["resources"]["requests"]["storage"] == "50Gi"
     args = cli().parse_args(container(worker)["args"])
     assert (args.processing_guarantee, args.session_timeout) == ("at_least_once", 30.0)
-    assert args.hmac_key_file == "/etc/preemptctl/hmac/hmac.key"
-    assert {"name": "hmac", "secret": {"secretName": "k"}} in worker["spec"]["template"]["spec"]["volumes"]
+    # The worker signs with the active key only: its file is the one key of the Secret it mounts.
+    assert (args.hmac_key_file, args.hmac_key_id) == ("/etc/preemptctl/signing/k2", "k2")
+    (signing,) = [v for v in worker["spec"]["template"]["spec"]["volumes"] if v["name"] == "signing"]
+    assert signing["secret"]["secretName"] == "k"
+    assert [i["key"] for i in signing["secret"]["items"]] == ["k2"]

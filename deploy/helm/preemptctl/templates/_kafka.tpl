@@ -99,7 +99,7 @@ Files in every component's container:
 {{- end }}
 {{- if eq $component "actuator" }}
 - {{ printf "--group-id=%v" (include "preemptctl.groups.actuator" $ctx) | quote }}
-- {{ printf "--lag-group=%v" (include "preemptctl.groups.worker" $ctx) | quote }}
+- {{ printf "--lag-group-id=%v" (include "preemptctl.groups.worker" $ctx) | quote }}
 {{- if $ctx.Values.signing.enabled }}
 - "--hmac-keys-dir=/etc/preemptctl/signing"
 {{- end }}
