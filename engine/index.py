@@ -218,40 +218,54 @@ class Ranking:
         return e
 
     def _free(self, state: NodeState) -> Mapping[str, int]:
-        if self.cluster.nominated_on(state.node.name):
-            return default.free_for(self.cluster, state, self.pre)
         # From the node's totals, not its summary (a node that fits or that a filter
-        # rejects never needs one built), computed once per node state for every ranking.
-        return self.summaries.free(state)
+        # rejects never needs one built), computed once per node state and priority
+        # for every ranking (`default.free_for` of the anonymous preemptor).
+        return self.summaries.free_at(state, self.pre.priority)
 
     def settle(self) -> None:
         """Compute the bound of every PENDING node: a decision is about to rank candidates."""
         if not self.pending:
             return
-        pre, now = self.pre, self.now
+        pre, now, minimal_mode = self.pre, self.now, self.minimal
+        requests, priority = pre.requests, pre.priority
         # Many new entries: append and heapify once; a few: push each (heapify is O(n)).
         bulk = len(self.pending) * BULK_FRACTION > len(self.heap)
-        push = self.heap.append if bulk else lambda item: heapq.heappush(self.heap, item)
-        push_expiry = self.expiring.append if bulk else lambda item: heapq.heappush(self.expiring, item)
+        heap, expiring = self.heap, self.expiring
+        push = heap.append if bulk else lambda item: heapq.heappush(heap, item)
+        push_expiry = expiring.append if bulk else lambda item: heapq.heappush(expiring, item)
+        nodes, entries, reasons = self.cluster.nodes, self.state, self.reasons
+        get, kind, keep = self.summaries.get, self.kind, self.keep
+        free_at, bound = self.summaries.free_at, summary.bound
+        rejected: list[str] = []
+        candidates = 0
         for name in self.pending:
-            state = self.cluster.nodes[name]
-            e = self.state[name]
-            s = self.summaries.get(self.kind, state, self.keep)
-            free = self._free(state)
-            b = summary.bound(s, free, pre.requests, pre.priority, now, minimal=self.minimal)
-            e.tier, e.bound, e.reason, e.expires = b.tier, b.value, b.reason, b.expires
-            if b.tier == REJECTED:
-                self.rejected.add(name)
-                self.reasons[b.reason] = self.reasons.get(b.reason, 0) + 1
+            state = nodes[name]
+            e = entries[name]
+            b = bound(
+                get(kind, state, keep),
+                free_at(state, priority),
+                requests,
+                priority,
+                now,
+                minimal=minimal_mode,
+            )
+            tier, e.bound, e.reason, expires = b
+            e.tier, e.expires = tier, expires
+            if tier == REJECTED:
+                rejected.append(name)
+                reasons[e.reason] = reasons.get(e.reason, 0) + 1
             else:
-                self.candidate_count += 1
-                push((b.value, name, e.stamp))
-            if b.expires is not None:
-                push_expiry((b.expires, name, e.stamp))
+                candidates += 1
+                push((e.bound, name, e.stamp))
+            if expires is not None:
+                push_expiry((expires, name, e.stamp))
+        self.candidate_count += candidates
+        self.rejected.update(rejected)
         self.pending.clear()
         if bulk:
-            heapq.heapify(self.heap)
-            heapq.heapify(self.expiring)
+            heapq.heapify(heap)
+            heapq.heapify(expiring)
 
     def drop(self, name: str) -> None:
         e = self.state.pop(name, None)
@@ -274,16 +288,22 @@ class Ranking:
 
     def refresh(self, name: str) -> None:
         state = self.cluster.nodes.get(name)
-        e = self.state.get(name)
-        if e is not None and state is not None and e.filtered is state.node:
+        old = self.state.get(name)
+        if old is not None and state is not None and old.filtered is state.node:
             return  # its pods changed, but this preemptor can never run there anyway
-        self.drop(name)
         if state is None:
+            self.drop(name)
             # The node is gone: nothing of it is kept (node names come and go with machines).
             self._filtered.pop(name, None)
             self.summaries.forget(name)
             return
         e = self._check(state)
+        if old is not None and old.tier == e.tier and e.tier in (FITS, PENDING):
+            # Fitting still, or waiting for its bound still: only the entry is new (a
+            # fitting node is filed by name, a pending one in `pending`; neither moves).
+            self.state[name] = e
+            return
+        self.drop(name)
         self.state[name] = e
         if e.tier == FITS:
             self.fits.add(name)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from engine import resources, timeutil, toleration
 from engine.cluster import Cluster, NodeState
@@ -126,8 +127,9 @@ def build(cluster: Cluster, state: NodeState, pods: list[Pod]) -> Summary:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class Bound:
+class Bound(NamedTuple):
+    """One node's bound for one preemptor (a tuple: built for every node a ranking settles)."""
+
     tier: int  # FITS, CANDIDATE or REJECTED: exact
     value: tuple[int, ...]  # a candidate's lower bound on its ranking key
     reason: str  # a rejected node's reason
@@ -306,6 +308,7 @@ class Summaries:
         self.cluster = cluster
         self._cache: dict[str, dict[str, Summary]] = {}
         self._free: dict[str, tuple[int, Resources]] = {}
+        self._free_at: dict[str, tuple[int, dict[int, Resources]]] = {}
 
     def free(self, state: NodeState) -> Resources:
         """Allocatable minus what bound pods request, once per node state, for every preemptor shape.
@@ -318,6 +321,27 @@ class Summaries:
         free = dict(state.node.allocatable)
         resources.sub(free, state.used)
         self._free[state.node.name] = (state.version, free)
+        return free
+
+    def free_at(self, state: NodeState, priority: int) -> Resources:
+        """Free capacity for a preemptor of `priority`: nominated pods of at least that priority
+        count as bound (`default.free_for` for a preemptor that is none of them), once per node
+        state and priority for every preemptor shape. Shared: read it, never change it."""
+        name = state.node.name
+        nominated = self.cluster.nominated_on(name)
+        if not nominated:
+            return self.free(state)
+        held = self._free_at.get(name)
+        if held is None or held[0] != state.version:
+            held = (state.version, {})
+            self._free_at[name] = held
+        free = held[1].get(priority)
+        if free is None:
+            free = dict(self.free(state))
+            for pod in nominated.values():
+                if self.cluster.priority(pod) >= priority:
+                    resources.sub(free, pod.requests)
+            held[1][priority] = free
         return free
 
     def get(self, kind: str, state: NodeState, keep: Callable[[Pod], bool] | None) -> Summary:
@@ -334,6 +358,7 @@ class Summaries:
         """A node is gone: its summaries would only hold its pods in memory."""
         self._cache.pop(name, None)
         self._free.pop(name, None)
+        self._free_at.pop(name, None)
 
     def __len__(self) -> int:
         return len(self._cache)
