@@ -158,6 +158,11 @@ class Cluster:
     def nominated_on(self, node: str) -> Mapping[str, Pod]:
         return self._nominated.get(node, {})
 
+    @property
+    def nominated_nodes(self) -> Mapping[str, Mapping[str, Pod]]:
+        """Nodes some pending pod is nominated to (each with its pods): read it, never change it."""
+        return self._nominated
+
     def pending(self) -> Iterator[Pod]:
         for pod in self.pods.values():
             if pod.node is None and not pod.terminal:

@@ -42,6 +42,11 @@ from engine.objects import Pod
 from engine.resources import Resources
 
 PRIORITY_SHIFT = 2**31
+# Figures within these fit a machine integer with room to add and multiply a few (`Summary.plain`):
+# amounts (a node's summed requests too), priorities, and start instants (NEVER is 2^62).
+PLAIN_LIMIT = 2**60
+PLAIN_PRIORITY = 2**40
+PLAIN_START = 2**62
 FITS, CANDIDATE, REJECTED = 0, 1, 2
 
 
@@ -68,6 +73,9 @@ class Summary:
     # past the one, or at or above the other, no pod here tolerates anyone.
     tolerant_until: int = 0
     tolerant_below: int = 0
+    # No request below zero or beyond PLAIN_LIMIT, no start beyond it: the cumulative arrays
+    # are non-decreasing and every figure fits a machine integer (`engine.nodetable`).
+    plain: bool = True
 
 
 # A toleration window without an end sorts before every real instant in `tolerant`.
@@ -104,6 +112,7 @@ def build(cluster: Cluster, state: NodeState, pods: list[Pod]) -> Summary:
     cum: Resources = {}
     biggest: Resources = {}
     count = 0
+    plain = True
     for level in sorted(by_level):
         at = by_level[level]
         latest = -timeutil.NEVER
@@ -112,8 +121,12 @@ def build(cluster: Cluster, state: NodeState, pods: list[Pod]) -> Summary:
                 cum[r] = cum.get(r, 0) + v
                 if v > biggest.get(r, 0):
                     biggest[r] = v
+                if not 0 <= v < PLAIN_LIMIT:
+                    plain = False
             if pod.start > latest:
                 latest = pod.start
+            if not -PLAIN_START <= pod.start <= PLAIN_START:
+                plain = False
         count += len(at)
         out.levels.append(level)
         out.cum.append(dict(cum))
@@ -121,6 +134,12 @@ def build(cluster: Cluster, state: NodeState, pods: list[Pod]) -> Summary:
         out.cum_max.append(dict(biggest))
         out.latest_start.append(latest)
         out.at_level.append(at)
+    out.plain = (
+        plain
+        and all(v < PLAIN_LIMIT for v in cum.values())
+        and all(-PLAIN_LIMIT < v < PLAIN_LIMIT for v in free.values())
+        and (not out.levels or (out.levels[0] > -PLAIN_PRIORITY and out.levels[-1] < PLAIN_PRIORITY))
+    )
     for r in cum:
         out.cum_by[r] = [c.get(r, 0) for c in out.cum]
         out.max_by[r] = [m.get(r, 0) for m in out.cum_max]

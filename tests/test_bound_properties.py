@@ -24,6 +24,7 @@ from engine.cluster import Cluster
 from engine.config import Config
 from engine.default import Preemptor
 from engine.index import Index
+from engine.nodetable import NodeTable
 from tests import gen
 
 SETTINGS = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -169,3 +170,84 @@ def test_a_tolerating_pod_that_could_go_alone_does_not_tighten_a_pair() -> None:
         "n1",
         ["default/b", "default/c"],
     )
+
+
+@SETTINGS
+@given(nodes(), st.sampled_from(("kubernetes", "minimal")), st.booleans())
+def test_the_node_table_gives_exactly_the_bound_or_hands_the_node_back(
+    raw: dict[str, Any], mode: str, other_levels: bool
+) -> None:
+    """`NodeTable.bounds` equals `summary.bound` for every node it answers, on adversarial nodes.
+
+    Nominated load, tolerating pods (open, closing, endless windows), a lone victim,
+    negative and extreme priorities, missing resources: the table must either give
+    the bound's exact value or hand the node back. `other_levels` lays the table out
+    with levels the node does not have (a column repeats the row below for them).
+    """
+    cluster = Cluster()
+    for obj in raw["objects"]:
+        cluster.apply("ADDED", obj)
+    now = raw["now"]
+    pod = cluster.pods["pre-uid"]
+    pre = Preemptor(pod, cluster.priority(pod), pod.requests)
+    state = cluster.nodes["n1"]
+    s = summary.build(cluster, state, list(state.pods.values()))
+    table = NodeTable(cluster)
+    if other_levels:
+        table.usable((-7, 5, 50, 10**6), {})
+    exact, others = table.bounds(
+        ["n1"], [state], lambda _: s, pre.requests, pre.priority, now, minimal=mode == "minimal"
+    )
+    b = summary.bound(
+        s, default.free_for(cluster, state, pre), pre.requests, pre.priority, now, minimal=mode == "minimal"
+    )
+    event(f"table answers: {bool(exact)}")
+    if exact:
+        assert others == []
+        assert (b.tier, b.expires) == (default.CANDIDATE, None), b
+        assert exact == [("n1", b.value)], (exact, b)
+    else:
+        assert others == [0]
+
+
+def test_the_node_table_grows_re_lays_and_reuses_columns() -> None:
+    """Past its first capacity, with a level it did not have, and after nodes go: the same bounds."""
+    cluster = Cluster()
+    table = NodeTable(cluster)
+    names = [f"n{i:02d}" for i in range(40)]
+    for i, name in enumerate(names):
+        cluster.apply("ADDED", gen.node(name, 4, 8, 110))
+        for k in range(3):
+            cluster.apply(
+                "ADDED", gen.pod(f"{name}-p{k}", node=name, priority=10 * (1 + (i + k) % 3), cpu_m=1200)
+            )
+    now = timeutil.parse(gen.NOW)
+    assert table.capacity < len(names)
+
+    def check(priority: int) -> None:
+        pre = Preemptor(cluster.pods["n00-p0-uid"], priority, {"cpu": 2000, "pods": 1})
+        states = [cluster.nodes[n] for n in names]
+        sums = {
+            n: summary.build(cluster, cluster.nodes[n], list(cluster.nodes[n].pods.values())) for n in names
+        }
+        exact, others = table.bounds(
+            names, states, lambda st: sums[st.node.name], pre.requests, priority, now, minimal=False
+        )
+        assert len(exact) + len(others) == len(names)
+        assert exact, "the table answers for these nodes"
+        for name, value in exact:
+            b = summary.bound(
+                sums[name], cluster.free(cluster.nodes[name]), pre.requests, priority, now, minimal=False
+            )
+            assert (b.tier, b.value) == (default.CANDIDATE, value), name
+
+    check(100)
+    # A pod at a priority the table has no level for: it is re-laid, every column rewritten.
+    cluster.apply("ADDED", gen.pod("n05-new", node="n05", priority=15, cpu_m=100))
+    check(100)
+    # Nodes go and come back: their columns are freed and reused, never mistaken for the old ones.
+    for name in names[:5]:
+        table.forget(name)
+        cluster.apply("DELETED", {**gen.node(name, 4, 8, 110)})
+        cluster.apply("ADDED", gen.node(name, 4, 8, 110))
+    check(100)

@@ -106,12 +106,22 @@ def _decide(cluster: Cluster, pods: list[Pod], now: int, config: Config, index: 
     # These clusters' nodes hold few pods: 0 makes every node go through summaries and
     # bounds, the default evaluates the small ones outright (engine.index.EVALUATE_MAX_PODS).
     st.sampled_from((0, index_mod.EVALUATE_MAX_PODS)),
+    st.booleans(),
 )
 def test_long_lived_index_matches_fresh_and_reference_through_churn(
-    raw: dict[str, Any], data: st.DataObject, mode: str, evaluate_max_pods: int
+    raw: dict[str, Any], data: st.DataObject, mode: str, evaluate_max_pods: int, table: bool
 ) -> None:
-    with mock.patch.object(index_mod, "EVALUATE_MAX_PODS", evaluate_max_pods):
+    with mock.patch.object(index_mod, "EVALUATE_MAX_PODS", evaluate_max_pods), _node_table(table):
         _long_lived_index_through_churn(raw, data, mode)
+
+
+def _node_table(on: bool) -> Any:
+    """With `on`, every ranking settles through the node table (`engine.nodetable`) from its first
+    pending node on; these clusters are far below the sizes where the index would use it."""
+    if not on:
+        return mock.patch.object(index_mod, "VECTOR_MIN", 10**9)
+    patches = mock.patch.multiple(index_mod, VECTOR_MIN=1, TABLE_AT_RANKING=1)
+    return patches
 
 
 def _long_lived_index_through_churn(raw: dict[str, Any], data: st.DataObject, mode: str) -> None:
@@ -330,9 +340,10 @@ def test_touch_logs_stay_bounded_whoever_reads_them(monkeypatch: Any) -> None:
     st.data(),
     st.sampled_from(("kubernetes", "minimal")),
     st.sampled_from((0, index_mod.EVALUATE_MAX_PODS)),
+    st.booleans(),
 )
 def test_wide_workloads_under_pdbs_through_churn(
-    raw: dict[str, Any], data: st.DataObject, mode: str, evaluate_max_pods: int
+    raw: dict[str, Any], data: st.DataObject, mode: str, evaluate_max_pods: int, table: bool
 ) -> None:
     """A long-lived index equals a fresh one and the reference after every event of wide-workload churn.
 
@@ -341,7 +352,7 @@ def test_wide_workloads_under_pdbs_through_churn(
     host more of its pods than both budgets allow; preemptions mark their victims
     terminating (the next decisions wait on them or look past them).
     """
-    with mock.patch.object(index_mod, "EVALUATE_MAX_PODS", evaluate_max_pods):
+    with mock.patch.object(index_mod, "EVALUATE_MAX_PODS", evaluate_max_pods), _node_table(table):
         cluster = _cluster(raw)
         config = Config(victim_selection=mode)
         index = Index(cluster)

@@ -1,0 +1,285 @@
+"""Every node's summary as arrays: the bounds of many nodes for one preemptor in a few array operations.
+
+A ranking bounds each node that changed since its shape was last decided, and a
+new ranking bounds every node (`Ranking.settle`). In Python that is ~5-8 µs a
+node, and with many preemptor shapes it is most of a decision's time: (nodes
+touched per decision) x (live shapes) bounds. This table holds what
+`summary.bound` reads of each node (kind "all"), one column per node, one row per
+priority level of the whole cluster, so that one preemptor's bounds for hundreds
+or thousands of nodes cost a few numpy operations.
+
+It computes exactly `summary.bound`'s value, for the nodes where that value is a
+plain function of the arrays: the node's free capacity is its own (no pod is
+nominated there), no pod there may tolerate the preemptor at `now`, the node is
+neither fitting nor rejected, and more than one victim is needed (a single
+victim's start term needs the pods at that level, `summary.bound`'s "alone").
+Every other node is handed back to `summary.bound`, so the table never guesses:
+`tests/test_bound_properties.py` checks its values against `summary.bound` node
+by node, and the index properties run it through churn.
+
+Levels are the cluster's priorities (the PriorityClasses' values, and any other
+a pod carries); a summary's level maps to the row of the same priority, a row
+with no pods of its own repeating the row below (cumulative sums do not move
+there, and the bound's first level is always one where the node has pods).
+A new level or resource re-lays the table; rows are rewritten lazily, when a
+node whose row is not of its current state is bounded.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from engine.cluster import Cluster, NodeState
+from engine.summary import CANDIDATE, PLAIN_LIMIT, PLAIN_PRIORITY, PLAIN_START, PRIORITY_SHIFT, Summary
+
+# More levels than this (a cluster whose pods carry many distinct priorities) and the
+# table is not used: each row is one level, and every node's column holds them all.
+MAX_LEVELS = 64
+# Values beyond these are left to `summary.bound` (Python integers do not overflow; int64 does).
+LIMIT = PLAIN_LIMIT
+# A stale version: rows written before the table was re-laid.
+STALE = -1
+NO_TOLERANCE = -(2**63)
+
+
+class NodeTable:
+    """The arrays, and `bounds` for one preemptor over many nodes."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.slots: dict[str, int] = {}
+        self.free_slots: list[int] = []
+        self.versions: list[int] = []
+        self.levels: list[int] = sorted({pc.value for pc in cluster.priority_classes.values()})
+        self.resources: list[str] = ["cpu", "memory", "pods"]
+        self.capacity = 0
+        self._lay(max(16, len(cluster.nodes)))
+
+    # ---- layout --------------------------------------------------------------------
+
+    def _lay(self, capacity: int) -> None:
+        """(Re)allocate every array; every row is stale until a bound rewrites it."""
+        g, n = max(1, len(self.levels)), capacity
+        self.capacity = capacity
+        self.level_array = np.array(self.levels or [0], dtype=np.int64)
+        self.free = {r: np.zeros(n, dtype=np.int64) for r in self.resources}
+        self.cum = {r: np.zeros((g, n), dtype=np.int64) for r in self.resources}
+        self.maxby = {r: np.zeros((g, n), dtype=np.int64) for r in self.resources}
+        self.latest = np.zeros((g, n), dtype=np.int64)
+        self.lowest = np.zeros(n, dtype=np.int64)
+        self.tolerant_until = np.full(n, NO_TOLERANCE, dtype=np.int64)
+        self.tolerant_below = np.zeros(n, dtype=np.int64)
+        self.plain = np.zeros(n, dtype=bool)
+        self.versions = [STALE] * n
+
+    def _slot(self, name: str) -> int:
+        slot = self.slots.get(name)
+        if slot is not None:
+            return slot
+        if self.free_slots:
+            slot = self.free_slots.pop()
+        else:
+            slot = len(self.slots)
+            if slot >= self.capacity:
+                self._grow(2 * self.capacity)
+        self.slots[name] = slot
+        self.versions[slot] = STALE
+        return slot
+
+    def _grow(self, capacity: int) -> None:
+        extra = capacity - self.capacity
+        self.free = {r: _widen(a, extra, 0) for r, a in self.free.items()}
+        self.cum = {r: _widen(a, extra, 0) for r, a in self.cum.items()}
+        self.maxby = {r: _widen(a, extra, 0) for r, a in self.maxby.items()}
+        self.latest = _widen(self.latest, extra, 0)
+        self.lowest = _widen(self.lowest, extra, 0)
+        self.tolerant_until = _widen(self.tolerant_until, extra, NO_TOLERANCE)
+        self.tolerant_below = _widen(self.tolerant_below, extra, 0)
+        self.plain = _widen(self.plain, extra, False)
+        self.versions.extend([STALE] * extra)
+        self.capacity = capacity
+
+    def forget(self, name: str) -> None:
+        """A node is gone: its column is free for another."""
+        slot = self.slots.pop(name, None)
+        if slot is not None:
+            self.versions[slot] = STALE
+            self.free_slots.append(slot)
+
+    def usable(self, levels: Iterable[int], requests: Mapping[str, int]) -> bool:
+        """Can the table hold these levels and resources (re-laying it if need be)?"""
+        new_levels = [lv for lv in levels if not self._has_level(lv)]
+        new_resources = [r for r in requests if r not in self.free]
+        if not new_levels and not new_resources:
+            return True
+        if len(self.levels) + len(new_levels) > MAX_LEVELS:
+            return False
+        self.levels = sorted({*self.levels, *new_levels})
+        self.resources = [*self.resources, *sorted(set(new_resources))]
+        self._lay(self.capacity)
+        return True
+
+    def _columns(
+        self, names: list[str], states: list[NodeState], summary_of: Callable[[NodeState], Summary]
+    ) -> list[int] | None:
+        """The nodes' columns, each rewritten if it is not of the node's current state; None when
+        the table cannot hold one of them (too many levels)."""
+        get, versions = self.slots.get, self.versions
+        slots = [get(name, -1) for name in names]
+        stale = [
+            i
+            for i, (slot, state) in enumerate(zip(slots, states, strict=True))
+            if slot < 0 or versions[slot] != state.version
+        ]
+        for _ in range(2):
+            relaid = False
+            for i in stale:
+                s = summary_of(states[i])
+                if s.plain and not all(self._has_level(lv) for lv in s.levels):
+                    if not self.usable(s.levels, {}):
+                        return None
+                    relaid = True
+                    break
+                slot = slots[i] = self._slot(names[i])
+                self._write(slot, s)
+            if not relaid:
+                return slots
+            # Re-laid: every column is stale, these nodes' included.
+            slots = [self._slot(name) for name in names]
+            stale = list(range(len(names)))
+        return slots
+
+    def sync(self, name: str, s: Summary) -> None:
+        """Write a node's column now (a worker warming its index), if the table can hold it."""
+        if s.plain and not all(self._has_level(lv) for lv in s.levels) and not self.usable(s.levels, {}):
+            return
+        slot = self._slot(name)
+        if self.versions[slot] != s.version:
+            self._write(slot, s)
+
+    def _has_level(self, level: int) -> bool:
+        i = bisect.bisect_left(self.levels, level)
+        return i < len(self.levels) and self.levels[i] == level
+
+    def _write(self, slot: int, s: Summary) -> None:
+        """The node's column from its summary (of kind "all")."""
+        levels, own = self.levels, s.levels
+        rows: list[int] = []  # for each table level, the summary's level at or below it (-1: none)
+        j = -1
+        for level in levels:
+            while j + 1 < len(own) and own[j + 1] <= level:
+                j += 1
+            rows.append(j)
+        for r in self.resources:
+            self.free[r][slot] = s.free.get(r, 0)
+            by = s.cum_by.get(r)
+            mx = s.max_by.get(r)
+            if by is None or mx is None:
+                self.cum[r][:, slot] = 0
+                self.maxby[r][:, slot] = 0
+            else:
+                self.cum[r][:, slot] = [by[j] if j >= 0 else 0 for j in rows]
+                self.maxby[r][:, slot] = [mx[j] if j >= 0 else 0 for j in rows]
+        self.latest[:, slot] = [
+            s.latest_start[j] if j >= 0 and own[j] == level else 0
+            for j, level in zip(rows, levels, strict=True)
+        ]
+        self.lowest[slot] = own[0] if own else 0
+        if s.tolerant:
+            self.tolerant_until[slot] = min(s.tolerant_until, PLAIN_START)
+            self.tolerant_below[slot] = s.tolerant_below
+        else:
+            self.tolerant_until[slot] = NO_TOLERANCE
+            self.tolerant_below[slot] = 0
+        self.plain[slot] = s.plain
+        self.versions[slot] = s.version
+
+    # ---- bounds --------------------------------------------------------------------
+
+    def bounds(
+        self,
+        names: list[str],
+        states: list[NodeState],
+        summary_of: Callable[[NodeState], Summary],
+        requests: Mapping[str, int],
+        priority: int,
+        now: int,
+        *,
+        minimal: bool,
+    ) -> tuple[list[tuple[str, tuple[int, ...]]], list[int]]:
+        """Candidates' bound values where the arrays give them exactly, and the positions of the others.
+
+        `states[i]` is node `names[i]`'s state and `summary_of` its current summary
+        (kind "all", read only for columns not of that state). The values equal
+        `summary.bound(...).value` with tier CANDIDATE and no expiry; every node it
+        cannot vouch for is returned by position, for `summary.bound`.
+        """
+        everyone = list(range(len(names)))
+        if (
+            any(not -LIMIT < v < LIMIT for v in requests.values())
+            or not -PLAIN_PRIORITY < priority < PLAIN_PRIORITY
+        ):
+            return [], everyone
+        if not self.usable((), requests):
+            return [], everyone
+        slots = self._columns(names, states, summary_of)
+        if slots is None:
+            return [], everyone
+        below = bisect.bisect_left(self.levels, priority)
+        if below == 0:
+            return [], everyone  # no level below the preemptor: every node is rejected
+        nominated = self.cluster.nominated_nodes
+        if nominated:
+            # A node with nominated pods has less free capacity than its own (`Summaries.free_at`).
+            slots = [-1 if name in nominated else slot for name, slot in zip(names, slots, strict=True)]
+        idx = np.array(slots, dtype=np.intp)
+        own = idx >= 0
+        sl = np.where(own, idx, 0)
+        tolerant = (self.tolerant_until[sl] >= now) & (priority < self.tolerant_below[sl])
+        ok = own & self.plain[sl] & ~tolerant
+        first = np.zeros(len(names), dtype=np.int64)
+        anyshort = np.zeros(len(names), dtype=bool)
+        shorts: list[tuple[str, Any, Any]] = []
+        for r, v in requests.items():
+            short = v - self.free[r][sl]
+            pos = short > 0
+            anyshort |= pos
+            # cum is non-decreasing over the levels (plain rows: no negative request), so the
+            # count of levels below `below` still short of it is `bisect_left`'s answer.
+            c = (self.cum[r][:below, sl] < short).sum(axis=0)
+            first = np.maximum(first, np.where(pos, c, 0))
+            shorts.append((r, short, pos))
+        ok &= anyshort & (first < below)
+        first = np.where(ok, first, 0)
+        count = np.ones(len(names), dtype=np.int64)
+        for r, short, pos in shorts:
+            most = self.maxby[r][first, sl]
+            k = -((-short) // np.where(pos & ok, most, 1))
+            count = np.maximum(count, np.where(pos & ok, k, 1))
+        ok &= count > 1  # a lone victim's start term needs the pods at that level ("alone")
+        highest = self.level_array[first]
+        shifted = highest + PRIORITY_SHIFT + (count - 1) * (self.lowest[sl] + PRIORITY_SHIFT)
+        start = -self.latest[first, sl]
+        out: list[tuple[str, tuple[int, ...]]] = []
+        rest: list[int] = []
+        picked = np.flatnonzero(ok).tolist()
+        h, sh, co, st = (a[ok].tolist() for a in (highest, shifted, count, start))
+        if minimal:
+            out = [(names[i], (0, a, c, b, d)) for i, a, b, c, d in zip(picked, h, sh, co, st, strict=True)]
+        else:
+            out = [(names[i], (0, a, b, c, d)) for i, a, b, c, d in zip(picked, h, sh, co, st, strict=True)]
+        rest = np.flatnonzero(~ok).tolist()
+        return out, rest
+
+
+TIER = CANDIDATE  # the tier of every value `bounds` returns
+
+
+def _widen(a: Any, extra: int, fill: int | bool) -> Any:
+    """`a` with `extra` more columns (its last axis), filled with `fill`."""
+    pad = np.full((*a.shape[:-1], extra), fill, dtype=a.dtype)
+    return np.concatenate([a, pad], axis=-1)
