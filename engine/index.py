@@ -158,6 +158,7 @@ class Ranking:
         self.keep = keep
         self.evaluate = evaluator(mode)
         self.minimal = mode == "minimal"
+        self._requests = tuple(pre.requests.items())
         # Filter verdicts by node, shared by every ranking whose preemptors the node
         # filters read alike (`filter_signature`): a new shape checks no node twice.
         self._filtered = filtered if filtered is not None else {}
@@ -212,7 +213,18 @@ class Ranking:
             return Entry(REJECTED, (), held[1], None, self._stamp, filtered=node)
         if not self.minimal and len(state.pods) <= EVALUATE_MAX_PODS:
             return self._evaluated(state)
-        if resources.fits(self.pre.requests, self._free(state)):
+        if node.name in self.cluster.nominated_nodes:
+            fits = resources.fits(self.pre.requests, self._free(state))
+        else:
+            # Allocatable minus what bound pods request (`Summaries.free`), read in place:
+            # most nodes are checked once per change, a dict built for it costs more.
+            allocatable, used = node.allocatable, state.used
+            fits = True
+            for r, v in self._requests:
+                if v > allocatable.get(r, 0) - used.get(r, 0):
+                    fits = False
+                    break
+        if fits:
             return Entry(FITS, (), "fits without preemption", None, self._stamp)
         return Entry(PENDING, (), "", None, self._stamp)
 
@@ -257,7 +269,7 @@ class Ranking:
             # Most candidates' bounds in a few array operations; the nodes the table cannot
             # vouch for (rejected, a lone victim, nominations, tolerating pods) below.
             states = [nodes[name] for name in names]
-            exact, others = table.bounds(
+            exact, refused, others = table.bounds(
                 names, states, lambda st: get(kind, st, None), requests, priority, now, minimal=minimal_mode
             )
             for name, value in exact:
@@ -265,6 +277,11 @@ class Ranking:
                 e.tier, e.bound, e.reason, e.expires = CANDIDATE, value, "", None
                 push((value, name, e.stamp))
             candidates += len(exact)
+            for name, why in refused:
+                e = entries[name]
+                e.tier, e.bound, e.reason, e.expires = REJECTED, (), why, None
+                rejected.append(name)
+                reasons[why] = reasons.get(why, 0) + 1
             names = [names[i] for i in others]
         for name in names:
             state = nodes[name]

@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from engine import quantity
 from engine.cluster import Cluster, NodeState
-from engine.summary import CANDIDATE, PLAIN_LIMIT, PLAIN_PRIORITY, PLAIN_START, PRIORITY_SHIFT, Summary
+from engine.summary import PLAIN_LIMIT, PLAIN_PRIORITY, PLAIN_START, PRIORITY_SHIFT, Summary
 
 # More levels than this (a cluster whose pods carry many distinct priorities) and the
 # table is not used: each row is one level, and every node's column holds them all.
@@ -70,6 +71,7 @@ class NodeTable:
         self.cum = {r: np.zeros((g, n), dtype=np.int64) for r in self.resources}
         self.maxby = {r: np.zeros((g, n), dtype=np.int64) for r in self.resources}
         self.latest = np.zeros((g, n), dtype=np.int64)
+        self.count = np.zeros((g, n), dtype=np.int64)
         self.lowest = np.zeros(n, dtype=np.int64)
         self.tolerant_until = np.full(n, NO_TOLERANCE, dtype=np.int64)
         self.tolerant_below = np.zeros(n, dtype=np.int64)
@@ -96,6 +98,7 @@ class NodeTable:
         self.cum = {r: _widen(a, extra, 0) for r, a in self.cum.items()}
         self.maxby = {r: _widen(a, extra, 0) for r, a in self.maxby.items()}
         self.latest = _widen(self.latest, extra, 0)
+        self.count = _widen(self.count, extra, 0)
         self.lowest = _widen(self.lowest, extra, 0)
         self.tolerant_until = _widen(self.tolerant_until, extra, NO_TOLERANCE)
         self.tolerant_below = _widen(self.tolerant_below, extra, 0)
@@ -188,6 +191,7 @@ class NodeTable:
             s.latest_start[j] if j >= 0 and own[j] == level else 0
             for j, level in zip(rows, levels, strict=True)
         ]
+        self.count[:, slot] = [s.cum_count[j] if j >= 0 else 0 for j in rows]
         self.lowest[slot] = own[0] if own else 0
         if s.tolerant:
             self.tolerant_until[slot] = min(s.tolerant_until, PLAIN_START)
@@ -210,28 +214,30 @@ class NodeTable:
         now: int,
         *,
         minimal: bool,
-    ) -> tuple[list[tuple[str, tuple[int, ...]]], list[int]]:
-        """Candidates' bound values where the arrays give them exactly, and the positions of the others.
+    ) -> tuple[list[tuple[str, tuple[int, ...]]], list[tuple[str, str]], list[int]]:
+        """Where the arrays give `summary.bound` exactly: candidates' values and rejected nodes'
+        reasons; and the positions of the other nodes.
 
         `states[i]` is node `names[i]`'s state and `summary_of` its current summary
         (kind "all", read only for columns not of that state). The values equal
-        `summary.bound(...).value` with tier CANDIDATE and no expiry; every node it
-        cannot vouch for is returned by position, for `summary.bound`.
+        `summary.bound(...).value` with tier CANDIDATE, the reasons its reason with
+        tier REJECTED, neither with an expiry; every node the table cannot vouch for
+        is returned by position, for `summary.bound`.
         """
         everyone = list(range(len(names)))
         if (
             any(not -LIMIT < v < LIMIT for v in requests.values())
             or not -PLAIN_PRIORITY < priority < PLAIN_PRIORITY
         ):
-            return [], everyone
+            return [], [], everyone
         if not self.usable((), requests):
-            return [], everyone
+            return [], [], everyone
         slots = self._columns(names, states, summary_of)
         if slots is None:
-            return [], everyone
+            return [], [], everyone
         below = bisect.bisect_left(self.levels, priority)
         if below == 0:
-            return [], everyone  # no level below the preemptor: every node is rejected
+            return [], [], everyone  # no level below the preemptor: every node is rejected
         nominated = self.cluster.nominated_nodes
         if nominated:
             # A node with nominated pods has less free capacity than its own (`Summaries.free_at`).
@@ -240,7 +246,6 @@ class NodeTable:
         own = idx >= 0
         sl = np.where(own, idx, 0)
         tolerant = (self.tolerant_until[sl] >= now) & (priority < self.tolerant_below[sl])
-        ok = own & self.plain[sl] & ~tolerant
         first = np.zeros(len(names), dtype=np.int64)
         anyshort = np.zeros(len(names), dtype=bool)
         shorts: list[tuple[str, Any, Any]] = []
@@ -253,30 +258,58 @@ class NodeTable:
             c = (self.cum[r][:below, sl] < short).sum(axis=0)
             first = np.maximum(first, np.where(pos, c, 0))
             shorts.append((r, short, pos))
-        ok &= anyshort & (first < below)
+        # Answerable: own free capacity, plain figures, no pod tolerating the preemptor, not fitting.
+        plain = own & self.plain[sl] & ~tolerant & anyshort
+        rejected = self._rejected(names, plain & (first >= below), sl, requests, below)
+        ok = plain & (first < below)
         first = np.where(ok, first, 0)
         count = np.ones(len(names), dtype=np.int64)
         for r, short, pos in shorts:
+            use = pos & ok
             most = self.maxby[r][first, sl]
-            k = -((-short) // np.where(pos & ok, most, 1))
-            count = np.maximum(count, np.where(pos & ok, k, 1))
-        ok &= count > 1  # a lone victim's start term needs the pods at that level ("alone")
+            k = -((-short) // np.where(use, most, 1))
+            count = np.maximum(count, np.where(use, k, 1))
+        lone = ok & (count == 1)  # a lone victim's start term needs the pods at that level ("alone")
+        ok &= ~lone
         highest = self.level_array[first]
         shifted = highest + PRIORITY_SHIFT + (count - 1) * (self.lowest[sl] + PRIORITY_SHIFT)
         start = -self.latest[first, sl]
-        out: list[tuple[str, tuple[int, ...]]] = []
-        rest: list[int] = []
         picked = np.flatnonzero(ok).tolist()
         h, sh, co, st = (a[ok].tolist() for a in (highest, shifted, count, start))
         if minimal:
             out = [(names[i], (0, a, c, b, d)) for i, a, b, c, d in zip(picked, h, sh, co, st, strict=True)]
         else:
             out = [(names[i], (0, a, b, c, d)) for i, a, b, c, d in zip(picked, h, sh, co, st, strict=True)]
-        rest = np.flatnonzero(~ok).tolist()
-        return out, rest
+        rest = np.flatnonzero(~plain | lone).tolist()
+        return out, rejected, rest
 
-
-TIER = CANDIDATE  # the tier of every value `bounds` returns
+    def _rejected(
+        self, names: list[str], mask: Any, sl: Any, requests: Mapping[str, int], below: int
+    ) -> list[tuple[str, str]]:
+        """`summary.bound`'s reason for each rejected node in `mask`: no pod is held back, so every
+        pod below the preemptor is eligible, and the room is free capacity plus all their requests."""
+        if not mask.any():
+            return []
+        at = np.flatnonzero(mask)
+        cols = sl[at]
+        eligible = self.count[below - 1, cols].tolist()
+        missing = [
+            (r, (requests[r] - (self.free[r][cols] + self.cum[r][below - 1, cols])).tolist())
+            for r in sorted(requests)
+        ]
+        texts: dict[tuple[int, ...], str] = {}
+        out = []
+        for k, i in enumerate(at.tolist()):
+            key = (eligible[k], *(d[k] for _, d in missing))
+            text = texts.get(key)
+            if text is None:
+                short = ", ".join(f"{r} {quantity.render(r, d[k])}" for r, d in missing if d[k] > 0)
+                text = texts[key] = (
+                    f"does not fit even after removing all {eligible[k]} eligible lower-priority pods "
+                    f"(short {short})"
+                )
+            out.append((names[i], text))
+        return out
 
 
 def _widen(a: Any, extra: int, fill: int | bool) -> Any:

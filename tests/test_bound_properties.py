@@ -195,17 +195,20 @@ def test_the_node_table_gives_exactly_the_bound_or_hands_the_node_back(
     table = NodeTable(cluster)
     if other_levels:
         table.usable((-7, 5, 50, 10**6), {})
-    exact, others = table.bounds(
+    exact, refused, others = table.bounds(
         ["n1"], [state], lambda _: s, pre.requests, pre.priority, now, minimal=mode == "minimal"
     )
     b = summary.bound(
         s, default.free_for(cluster, state, pre), pre.requests, pre.priority, now, minimal=mode == "minimal"
     )
-    event(f"table answers: {bool(exact)}")
+    event(f"table answers: {'candidate' if exact else 'rejected' if refused else 'no'}")
+    assert len(exact) + len(refused) + len(others) == 1
     if exact:
-        assert others == []
         assert (b.tier, b.expires) == (default.CANDIDATE, None), b
         assert exact == [("n1", b.value)], (exact, b)
+    elif refused:
+        assert (b.tier, b.expires) == (default.REJECTED, None), b
+        assert refused == [("n1", b.reason)], (refused, b)
     else:
         assert others == [0]
 
@@ -230,10 +233,10 @@ def test_the_node_table_grows_re_lays_and_reuses_columns() -> None:
         sums = {
             n: summary.build(cluster, cluster.nodes[n], list(cluster.nodes[n].pods.values())) for n in names
         }
-        exact, others = table.bounds(
+        exact, refused, others = table.bounds(
             names, states, lambda st: sums[st.node.name], pre.requests, priority, now, minimal=False
         )
-        assert len(exact) + len(others) == len(names)
+        assert len(exact) + len(refused) + len(others) == len(names)
         assert exact, "the table answers for these nodes"
         for name, value in exact:
             b = summary.bound(

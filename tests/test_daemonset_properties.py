@@ -7,14 +7,17 @@ frees once the victims are gone, and which pods may be victims at all.
 from __future__ import annotations
 
 import random
-from typing import Any
+from fractions import Fraction
+from types import SimpleNamespace
+from typing import Any, cast
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import case as case_mod
-from engine import job, placement, resources
+from engine import daemonset, job, placement, resources
 from engine.decision import FITS, PREEMPT, Decision
+from engine.objects import Pod
 from tests import flowgen, gen
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -78,3 +81,35 @@ def test_answer_does_not_depend_on_object_order(raw: dict[str, Any], rnd: random
     _, d1 = _decide(raw)
     _, d2 = _decide(dict(raw, objects=rnd.sample(raw["objects"], len(raw["objects"]))))
     assert d1.answer() == d2.answer()
+
+
+_AMOUNTS = st.integers(0, 10**12)
+_RESOURCES = st.dictionaries(
+    st.sampled_from(("cpu", "memory", "pods", "example.com/gpu")), _AMOUNTS, max_size=4
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_RESOURCES, _RESOURCES, st.lists(_RESOURCES, min_size=2, max_size=6))
+def test_integer_sizes_and_deviations_order_as_the_fractions_do(
+    request: dict[str, int], allocatable: dict[str, int], pods: list[dict[str, int]]
+) -> None:
+    """Candidates are ordered by `_sizer`'s integers and deviations found by cross-multiplying:
+    the same order, ties included, and the same deviation as the plain Fraction arithmetic."""
+    # Both read only a pod's requests.
+    records = [cast(Pod, SimpleNamespace(requests=r)) for r in pods]
+    size = daemonset._sizer(request, allocatable)
+    for a in records:
+        for b in records:
+            want = daemonset._size(a, request, allocatable) - daemonset._size(b, request, allocatable)
+            got = size(a) - size(b)
+            assert (got > 0) - (got < 0) == (want > 0) - (want < 0)
+    for p in records:
+        plain: Fraction | None = Fraction(0)
+        for r, amount in p.requests.items():
+            want_r = request.get(r, 0)
+            if want_r <= 0:
+                plain = None
+                break
+            plain = max(plain, Fraction(abs(amount - want_r), want_r)) if plain is not None else None
+        assert daemonset.deviation(p, request) == plain
