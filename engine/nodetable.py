@@ -274,8 +274,12 @@ class NodeTable:
         highest = self.level_array[first]
         shifted = highest + PRIORITY_SHIFT + (count - 1) * (self.lowest[sl] + PRIORITY_SHIFT)
         start = -self.latest[first, sl]
-        picked = np.flatnonzero(ok).tolist()
-        h, sh, co, st = (a[ok].tolist() for a in (highest, shifted, count, start))
+        picked: list[int] = np.flatnonzero(ok).tolist()
+        h: list[int] = highest[ok].tolist()
+        sh: list[int] = shifted[ok].tolist()
+        co: list[int] = count[ok].tolist()
+        st: list[int] = start[ok].tolist()
+        out: list[tuple[str, tuple[int, ...]]]
         if minimal:
             out = [(names[i], (0, a, c, b, d)) for i, a, b, c, d in zip(picked, h, sh, co, st, strict=True)]
         else:
