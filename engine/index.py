@@ -270,7 +270,14 @@ class Ranking:
             # vouch for (rejected, a lone victim, nominations, tolerating pods) below.
             states = [nodes[name] for name in names]
             exact, refused, others = table.bounds(
-                names, states, lambda st: get(kind, st, None), requests, priority, now, minimal=minimal_mode
+                names,
+                states,
+                lambda st: get(kind, st, None),
+                requests,
+                priority,
+                now,
+                minimal=minimal_mode,
+                free_of=lambda st: free_at(st, priority),
             )
             for name, value in exact:
                 e = entries[name]

@@ -9,8 +9,8 @@ priority level of the whole cluster, so that one preemptor's bounds for hundreds
 or thousands of nodes cost a few numpy operations.
 
 It computes exactly `summary.bound`'s value, for the nodes where that value is a
-plain function of the arrays: the node's free capacity is its own (no pod is
-nominated there), no pod there may tolerate the preemptor at `now`, the node is
+plain function of the arrays (with a nominated node's free capacity for this
+preemptor put in place of its own): no pod there may tolerate the preemptor at `now`, the node is
 neither fitting nor rejected, and more than one victim is needed (a single
 victim's start term needs the pods at that level, `summary.bound`'s "alone").
 Every other node is handed back to `summary.bound`, so the table never guesses:
@@ -214,12 +214,14 @@ class NodeTable:
         now: int,
         *,
         minimal: bool,
+        free_of: Callable[[NodeState], Mapping[str, int]],
     ) -> tuple[list[tuple[str, tuple[int, ...]]], list[tuple[str, str]], list[int]]:
         """Where the arrays give `summary.bound` exactly: candidates' values and rejected nodes'
         reasons; and the positions of the other nodes.
 
         `states[i]` is node `names[i]`'s state and `summary_of` its current summary
-        (kind "all", read only for columns not of that state). The values equal
+        (kind "all", read only for columns not of that state), `free_of` its free
+        capacity for this preemptor (read only where pods are nominated). The values equal
         `summary.bound(...).value` with tier CANDIDATE, the reasons its reason with
         tier REJECTED, neither with an expiry; every node the table cannot vouch for
         is returned by position, for `summary.bound`.
@@ -238,19 +240,25 @@ class NodeTable:
         below = bisect.bisect_left(self.levels, priority)
         if below == 0:
             return [], [], everyone  # no level below the preemptor: every node is rejected
+        sl = np.array(slots, dtype=np.intp)
+        own = np.ones(len(names), dtype=bool)
+        free = {r: self.free[r][sl] for r in requests}  # copies: patched below
         nominated = self.cluster.nominated_nodes
         if nominated:
             # A node with nominated pods has less free capacity than its own (`Summaries.free_at`).
-            slots = [-1 if name in nominated else slot for name, slot in zip(names, slots, strict=True)]
-        idx = np.array(slots, dtype=np.intp)
-        own = idx >= 0
-        sl = np.where(own, idx, 0)
+            for i in [i for i, name in enumerate(names) if name in nominated]:
+                have = free_of(states[i])
+                for r in requests:
+                    v = have.get(r, 0)
+                    if not -LIMIT < v < LIMIT:
+                        own[i] = False
+                    free[r][i] = v if own[i] else 0
         tolerant = (self.tolerant_until[sl] >= now) & (priority < self.tolerant_below[sl])
         first = np.zeros(len(names), dtype=np.int64)
         anyshort = np.zeros(len(names), dtype=bool)
         shorts: list[tuple[str, Any, Any]] = []
         for r, v in requests.items():
-            short = v - self.free[r][sl]
+            short = v - free[r]
             pos = short > 0
             anyshort |= pos
             # cum is non-decreasing over the levels (plain rows: no negative request), so the
@@ -260,7 +268,7 @@ class NodeTable:
             shorts.append((r, short, pos))
         # Answerable: own free capacity, plain figures, no pod tolerating the preemptor, not fitting.
         plain = own & self.plain[sl] & ~tolerant & anyshort
-        rejected = self._rejected(names, plain & (first >= below), sl, requests, below)
+        rejected = self._rejected(names, plain & (first >= below), sl, free, requests, below)
         ok = plain & (first < below)
         first = np.where(ok, first, 0)
         count = np.ones(len(names), dtype=np.int64)
@@ -288,7 +296,13 @@ class NodeTable:
         return out, rejected, rest
 
     def _rejected(
-        self, names: list[str], mask: Any, sl: Any, requests: Mapping[str, int], below: int
+        self,
+        names: list[str],
+        mask: Any,
+        sl: Any,
+        free: dict[str, Any],
+        requests: Mapping[str, int],
+        below: int,
     ) -> list[tuple[str, str]]:
         """`summary.bound`'s reason for each rejected node in `mask`: no pod is held back, so every
         pod below the preemptor is eligible, and the room is free capacity plus all their requests."""
@@ -298,7 +312,7 @@ class NodeTable:
         cols = sl[at]
         eligible = self.count[below - 1, cols].tolist()
         missing = [
-            (r, (requests[r] - (self.free[r][cols] + self.cum[r][below - 1, cols])).tolist())
+            (r, (requests[r] - (free[r][at] + self.cum[r][below - 1, cols])).tolist())
             for r in sorted(requests)
         ]
         texts: dict[tuple[int, ...], str] = {}

@@ -196,7 +196,14 @@ def test_the_node_table_gives_exactly_the_bound_or_hands_the_node_back(
     if other_levels:
         table.usable((-7, 5, 50, 10**6), {})
     exact, refused, others = table.bounds(
-        ["n1"], [state], lambda _: s, pre.requests, pre.priority, now, minimal=mode == "minimal"
+        ["n1"],
+        [state],
+        lambda _: s,
+        pre.requests,
+        pre.priority,
+        now,
+        minimal=mode == "minimal",
+        free_of=lambda st: default.free_for(cluster, st, pre),
     )
     b = summary.bound(
         s, default.free_for(cluster, state, pre), pre.requests, pre.priority, now, minimal=mode == "minimal"
@@ -234,7 +241,14 @@ def test_the_node_table_grows_re_lays_and_reuses_columns() -> None:
             n: summary.build(cluster, cluster.nodes[n], list(cluster.nodes[n].pods.values())) for n in names
         }
         exact, refused, others = table.bounds(
-            names, states, lambda st: sums[st.node.name], pre.requests, priority, now, minimal=False
+            names,
+            states,
+            lambda st: sums[st.node.name],
+            pre.requests,
+            priority,
+            now,
+            minimal=False,
+            free_of=lambda st: default.free_for(cluster, st, pre),
         )
         assert len(exact) + len(refused) + len(others) == len(names)
         assert exact, "the table answers for these nodes"
