@@ -10,9 +10,9 @@ or thousands of nodes cost a few numpy operations.
 
 It computes exactly `summary.bound`'s value, for the nodes where that value is a
 plain function of the arrays (with a nominated node's free capacity for this
-preemptor put in place of its own): no pod there may tolerate the preemptor at `now`, the node is
-neither fitting nor rejected, and more than one victim is needed (a single
-victim's start term needs the pods at that level, `summary.bound`'s "alone").
+preemptor put in place of its own) and no pod there may tolerate the preemptor
+at `now`; rejected nodes' reasons likewise; where one victim could do, the pods
+at that level are read for `summary.bound`'s "alone", in Python.
 Every other node is handed back to `summary.bound`, so the table never guesses:
 `tests/test_bound_properties.py` checks its values against `summary.bound` node
 by node, and the index properties run it through churn.
@@ -277,11 +277,13 @@ class NodeTable:
             most = self.maxby[r][first, sl]
             k = -((-short) // np.where(use, most, 1))
             count = np.maximum(count, np.where(use, k, 1))
-        lone = ok & (count == 1)  # a lone victim's start term needs the pods at that level ("alone")
+        # A lone victim's start term needs the pods at that level ("alone"): read below.
+        lone = ok & (count == 1)
         ok &= ~lone
         highest = self.level_array[first]
         shifted = highest + PRIORITY_SHIFT + (count - 1) * (self.lowest[sl] + PRIORITY_SHIFT)
         start = -self.latest[first, sl]
+        alone = self._alone(names, states, summary_of, lone, highest, start, sl, shorts, minimal=minimal)
         picked: list[int] = np.flatnonzero(ok).tolist()
         h: list[int] = highest[ok].tolist()
         sh: list[int] = shifted[ok].tolist()
@@ -292,8 +294,51 @@ class NodeTable:
             out = [(names[i], (0, a, c, b, d)) for i, a, b, c, d in zip(picked, h, sh, co, st, strict=True)]
         else:
             out = [(names[i], (0, a, b, c, d)) for i, a, b, c, d in zip(picked, h, sh, co, st, strict=True)]
-        rest = np.flatnonzero(~plain | lone).tolist()
-        return out, rejected, rest
+        rest = np.flatnonzero(~plain).tolist()
+        return out + alone, rejected, rest
+
+    def _alone(
+        self,
+        names: list[str],
+        states: list[NodeState],
+        summary_of: Callable[[NodeState], Summary],
+        mask: Any,
+        highest: Any,
+        start: Any,
+        sl: Any,
+        shorts: list[tuple[str, Any, Any]],
+        *,
+        minimal: bool,
+    ) -> list[tuple[str, tuple[int, ...]]]:
+        """`summary.bound` where one victim could do: one only if a pod at that level covers the
+        whole shortfall alone (the latest such pod's start), else two (the level's latest start)."""
+        at: list[int] = np.flatnonzero(mask).tolist()
+        if not at:
+            return []
+        high: list[int] = highest[mask].tolist()
+        lowest: list[int] = self.lowest[sl][mask].tolist()
+        latest: list[int] = start[mask].tolist()
+        needs = [(r, short[mask].tolist(), pos[mask].tolist()) for r, short, pos in shorts]
+        out: list[tuple[str, tuple[int, ...]]] = []
+        for k, i in enumerate(at):
+            s = summary_of(states[i])
+            need = [(r, amounts[k]) for r, amounts, short in needs if short[k]]
+            best: int | None = None
+            for p in s.at_level[bisect.bisect_left(s.levels, high[k])]:
+                req = p.requests
+                for r, v in need:
+                    if req.get(r, 0) < v:
+                        break
+                else:
+                    if best is None or p.start > best:
+                        best = p.start
+            h = high[k]
+            if best is None:
+                count, shifted, term = 2, h + PRIORITY_SHIFT + lowest[k] + PRIORITY_SHIFT, latest[k]
+            else:
+                count, shifted, term = 1, h + PRIORITY_SHIFT, -best
+            out.append((names[i], (0, h, count, shifted, term) if minimal else (0, h, shifted, count, term)))
+        return out
 
     def _rejected(
         self,
