@@ -430,3 +430,53 @@ def test_rankings_sharing_filter_verdicts_each_see_a_node_change() -> None:
         for pods in shapes:
             d = _decide(cluster, pods, 0, Config(), index)
             assert d.answer() == _decide(cluster, pods, 0, Config(), None).answer(), (cordon, pods[0].name)
+
+
+def test_an_evaluation_a_budget_status_made_stale_is_reused_only_with_the_same_budgets() -> None:
+    """A PDB status change keeps the demoted evaluation to re-read just its budgets next time
+    (`Ranking._revalidated`); a PDB created meanwhile covers one of its pods without moving the
+    node's state. The evaluation must not come back reading the old budgets only: a later status
+    change of the new PDB would then miss this node."""
+    objects = [
+        gen.node("n1", 2, 8, 110),
+        gen.pod("a", node="n1", priority=10, cpu_m=1000, labels={"app": "web"}),
+        gen.pod("b", node="n1", priority=10, cpu_m=1000, labels={"app": "db"}, start="2025-12-31T22:00:00Z"),
+        gen.pdb("web", "web", 0),
+        gen.pod("x", node=None, priority=100, cpu_m=1000),
+    ]
+    cluster = Cluster()
+    for obj in objects:
+        cluster.apply("ADDED", obj)
+    now = timeutil.parse(gen.NOW)
+    index = Index(cluster)
+    config = Config()
+    x = [cluster.pods["x-uid"]]
+
+    def same_as_fresh() -> None:
+        d = _decide(cluster, x, now, config, index)
+        fresh = _decide(cluster, x, now, config, None)
+        assert d.answer() == fresh.answer()
+        assert d.explanation == fresh.explanation
+
+    same_as_fresh()
+    # disruptedPods moves (a pod elsewhere): every flag here stays; the evaluation is demoted.
+    cluster.apply("MODIFIED", gen.pdb("web", "web", 0, disrupted=("elsewhere",)))
+    # A new budget covers b: membership moves, n1's state does not.
+    cluster.apply("ADDED", gen.pdb("dbb", "db", 5))
+    ranking = index.ranking(default.Preemptor(x[0], 100, x[0].requests), now, "kubernetes")  # catches up
+    entry = ranking.state["n1"]
+    assert entry.stale is not None
+    state = cluster.nodes["n1"]
+    ordered = index.summaries.get(index_mod.ALL, state, None).pods
+    again = ranking._revalidated(entry.stale, ordered)
+    full = default.evaluate_node(cluster, state, ranking.pre, now, ordered)
+    if again is not None:
+        assert (again.key, again.pdbs, [v.uid for v in again.victims]) == (
+            full.key,
+            full.pdbs,
+            [v.uid for v in full.victims],
+        )
+    same_as_fresh()
+    # The new budget tightens: b now exceeds it too.
+    cluster.apply("MODIFIED", gen.pdb("dbb", "db", 0))
+    same_as_fresh()
