@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from sortedcontainers import SortedList
 
-from engine import default, disruption, minimal, placement, resources, summary
+from engine import default, minimal, placement, resources, summary
 from engine.cluster import Cluster, NodeState
 from engine.default import CANDIDATE, FITS, REJECTED, NodeEval, Preemptor
 from engine.objects import Node, Pod
@@ -120,9 +120,6 @@ class Entry:
     # Rejected by a node filter, against this node object: only a new one can change that.
     filtered: Node | None = None
     refined: bool = False  # the bound has been tightened by `summary.refine`
-    # The evaluation a PDB status change demoted, of this very node state: the next one
-    # first re-reads just the budgets (`Ranking._revalidated`).
-    stale: NodeEval | None = None
 
     @property
     def value(self) -> tuple[int, ...]:
@@ -411,8 +408,6 @@ class Ranking:
         e = self.state.get(name)
         if e is None or e.exact is None or (pdb and pdb not in e.exact.pdbs):
             return
-        if pdb and not self.minimal:
-            e.stale = e.exact
         e.exact = None
         self.exacts.discard(name)
         self._stamp += 1
@@ -438,10 +433,7 @@ class Ranking:
             return e.exact
         state = self.cluster.nodes[name]
         ordered = self.summaries.get(self.kind, state, self.keep).pods
-        ev = self._revalidated(e.stale, ordered) if e.stale is not None else None
-        e.stale = None
-        if ev is None:
-            ev = self.evaluate(self.cluster, state, self.pre, self.now, ordered)
+        ev = self.evaluate(self.cluster, state, self.pre, self.now, ordered)
         if ev.status != CANDIDATE or ev.key < e.bound:
             # The bound is exact about FITS and REJECTED and below every key: a
             # disagreement is a bug in `summary.bound`, never a close call.
@@ -452,39 +444,6 @@ class Ranking:
         e.stamp = self._stamp
         self._push(e, name)
         return ev
-
-    def _revalidated(self, old: NodeEval, ordered: Sequence[Pod]) -> NodeEval | None:
-        """`old` again, its violations counted anew, if the PDB changes since left its reprieve
-        as it was; None when they did not (the node is then evaluated in full).
-
-        Same node state, so the same potential victims in the same order and free capacity:
-        the reprieve (`default.evaluate_node`) reads the budgets only through which
-        potential victims are PDB-violating. The same budgets covering them, and those
-        flags as they are now all as before:
-        the same pods are tried in the same order and the same victims stay; only how
-        many of them exceed a budget may have moved. Most evaluations a PDB status change
-        makes stale are of this kind, at a tenth of an evaluation's cost.
-        """
-        flags = {p.uid: v for p, v in old.potential}
-        potential = [p for p in ordered if p.uid in flags]
-        budgets = self.cluster.budgets
-        # The same budgets (membership may have moved since, without this node's state moving).
-        if frozenset(uid for p in potential for uid in budgets.uids_of(p.uid)) != old.pdbs:
-            return None
-        for pod, now_violating in zip(potential, disruption.violating(budgets, potential), strict=True):
-            if flags[pod.uid] != now_violating:
-                return None
-        violations = sum(disruption.violating(budgets, old.victims))
-        return NodeEval(
-            old.node,
-            CANDIDATE,
-            victims=old.victims,
-            violations=violations,
-            key=default.rank_key(self.cluster, old.victims, violations),
-            expires=old.expires,
-            potential=old.potential,
-            pdbs=old.pdbs,
-        )
 
     def _keep_exact(self, name: str, ev: NodeEval | None) -> None:
         self.exacts.add(name)
@@ -511,10 +470,11 @@ class Ranking:
         self.now = now
         for name in dict.fromkeys(changed):  # each touched node once, in first-touch order
             self.refresh(name)
+        exact = self.exacts
         budgets = cluster.budgets
         for name, pdb, threshold in pdb_changed:
             if name:  # membership changed for pods on this node: any evaluation there may read it
-                if name in self.exacts:
+                if name in exact:
                     self.demote(name, "")
                 continue
             readers = self.reads.get(pdb)
