@@ -101,7 +101,7 @@ def evaluator(mode: str) -> NodeEvaluator:
 # A settle of at least this many nodes reads the node table (numpy: ~0.1 ms whatever the
 # count); fewer are bounded one by one (~5-8 µs each).
 VECTOR_MIN = 24
-# The index keeps a node table from its this-many-th ranking on (or from `warm`).
+# A lasting index keeps a node table from its this-many-th ranking on (any index from `warm`).
 TABLE_AT_RANKING = 2
 
 # A node known not to fit whose bound has not been computed yet: fitting is all a
@@ -558,14 +558,18 @@ class Scan:
 class Index:
     """Rankings over one Cluster; call `scan` for each decision."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, *, lasting: bool = False) -> None:
+        """`lasting`: the index outlives one decision (the worker's controller, the simulator,
+        the bench), so it may keep a node table; a one-shot `decide` leaves it False."""
         self.cluster = cluster
         self.summaries = summary.Summaries(cluster)
         self._rankings: dict[Hashable, Ranking] = {}
         self._filters: dict[Hashable, dict[str, tuple[Node, str | None]]] = {}
         # Every node's summary as arrays (numpy), made by a long-lived index only: when the
-        # worker warms it, or at its second ranking. A one-shot decision never imports numpy
-        # (~0.1 s), which would cost it more than the arrays save on one ranking.
+        # worker warms it, or at its second ranking when `lasting`. A one-shot decision never
+        # imports numpy (~0.1 s), which would cost it more than the arrays save: a job whose
+        # members differ in shape ranks twice in one `decide`.
+        self.lasting = lasting
         self.table: NodeTable | None = None
         self._created = 0
 
@@ -580,7 +584,7 @@ class Index:
             anonymous = Preemptor(dataclasses.replace(pre.pod, uid=ANONYMOUS), pre.priority, pre.requests)
             filtered = self._filters.setdefault(filter_signature(pre), {})
             self._created += 1
-            if self._created >= TABLE_AT_RANKING:
+            if self.lasting and self._created >= TABLE_AT_RANKING:
                 self.keep_table()
             r = Ranking(cluster, self.summaries, anonymous, mode, kind, keep, now, filtered, self.table)
         self._rankings[sig] = r  # most recently used last

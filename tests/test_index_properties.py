@@ -128,7 +128,7 @@ def _long_lived_index_through_churn(raw: dict[str, Any], data: st.DataObject, mo
     cluster = _cluster(raw)
     config = Config(victim_selection=mode)
     questions = _preemptors(cluster)
-    index = Index(cluster)
+    index = Index(cluster, lasting=True)
     now = timeutil.parse(raw["now"])
     for step, (kind, obj, advance) in enumerate([("TICK", None, 0), *data.draw(churn.changes(raw))]):
         now += advance * timeutil.SECOND
@@ -211,7 +211,7 @@ def test_case_answers_do_not_depend_on_a_shared_index() -> None:
         "preemptor": [gen.pod("x", node=None, priority=10, cpu_m=2000)],
     }
     c = case_mod.load(raw, where="t")
-    shared = Index(c.cluster)
+    shared = Index(c.cluster, lasting=True)
     assert case_mod.answer(c, index=shared).answer() == case_mod.answer(c).answer()
 
 
@@ -242,7 +242,7 @@ def test_a_node_created_again_is_not_mistaken_for_the_one_it_replaced() -> None:
     apply("ADDED", gen.pod("a", node="n1", priority=0, cpu_m=2000))
     apply("ADDED", replaced)
     apply("ADDED", gen.pod("x", node=None, priority=100, cpu_m=1000))
-    index = Index(cluster)
+    index = Index(cluster, lasting=True)
     x = [cluster.pods["x-uid"]]
     assert _decide(cluster, x, 0, Config(), index).outcome == "fits"
     apply("DELETED", replaced)
@@ -280,7 +280,7 @@ def test_pods_folded_before_their_priority_class_take_its_value() -> None:
     for c in (folded, built):
         assert [c.pods[f"{p}-uid"].priority for p in ("classed", "defaulted", "low")] == [1000, 50, 0]
     x = [folded.pods["x-uid"]]
-    index = Index(folded)
+    index = Index(folded, lasting=True)
     d = _decide(folded, x, 0, Config(), index)
     assert _answer(d) == _answer(_decide(built, [built.pods["x-uid"]], 0, Config(), None))
     assert (d.outcome, d.node) == ("preempt", "n3")
@@ -296,7 +296,7 @@ def test_deleted_nodes_leave_nothing_in_the_index() -> None:
     apply = _versioned(cluster)
 
     apply("ADDED", gen.pod("x", node=None, priority=100, cpu_m=1000))
-    index = Index(cluster)
+    index = Index(cluster, lasting=True)
     for i in range(20):
         node = gen.node(f"n{i}", 2, 8, 110)
         apply("ADDED", node)
@@ -318,7 +318,7 @@ def test_touch_logs_stay_bounded_whoever_reads_them(monkeypatch: Any) -> None:
         apply("ADDED", gen.node(n, 2, 8, 110))
     apply("ADDED", gen.pod("once", node=None, priority=100, cpu_m=2000))
     apply("ADDED", gen.pod("often", node=None, priority=1000, cpu_m=1000))
-    index = Index(cluster)
+    index = Index(cluster, lasting=True)
     once, often = [cluster.pods["once-uid"]], [cluster.pods["often-uid"]]
     _decide(cluster, once, 0, Config(), index)
     for i in range(200):
@@ -355,7 +355,7 @@ def test_wide_workloads_under_pdbs_through_churn(
     with mock.patch.object(index_mod, "EVALUATE_MAX_PODS", evaluate_max_pods), _node_table(table):
         cluster = _cluster(raw)
         config = Config(victim_selection=mode)
-        index = Index(cluster)
+        index = Index(cluster, lasting=True)
         now = timeutil.parse(raw["now"])
         objects = {o["metadata"]["uid"]: o for o in raw["objects"]}
         shapes = [(100, 1000), (1000, 1500), (1000, 500), (5000, 2000)]
@@ -420,7 +420,7 @@ def test_rankings_sharing_filter_verdicts_each_see_a_node_change() -> None:
     apply("ADDED", gen.pod("low2", node="n2", priority=0, cpu_m=2000))
     apply("ADDED", gen.pod("a", node=None, priority=100, cpu_m=1000))
     apply("ADDED", gen.pod("b", node=None, priority=1000, cpu_m=1000))
-    index = Index(cluster)
+    index = Index(cluster, lasting=True)
     shapes = [[cluster.pods["a-uid"]], [cluster.pods["b-uid"]]]
     assert index_mod.filter_signature(
         default.Preemptor(shapes[0][0], 100, shapes[0][0].requests)

@@ -26,8 +26,9 @@ CASE = ROOT / "examples" / "cases" / "01-example1-c-preempts-a-and-b.yaml"
 # The runtime's heavy parts: the stream processor, the Kafka and Kubernetes clients and their
 # HTTP stack, the store. A command that needs none of them must not pay for importing them.
 # (prometheus_client is small and pure Python; the signing keyring that `audit` uses registers
-# its key-age gauge with it.)
-HEAVY = ("faust", "mode", "aiokafka", "kubernetes_asyncio", "aiohttp", "rocksdict")
+# its key-age gauge with it.) numpy is the engine's node table (engine/nodetable.py), kept by
+# long-lived indexes only: one decision pays more to import it than the arrays save.
+HEAVY = ("faust", "mode", "aiokafka", "kubernetes_asyncio", "aiohttp", "rocksdict", "numpy")
 
 PROBE = """
 import json, sys
@@ -81,6 +82,44 @@ def test_explain_and_audit_on_files_never_import_the_runtime(tmp_path: Path) -> 
         code, loaded = loaded_by(*args)
         assert code == 0, args
         assert not loaded & set(HEAVY), f"preemptctl {' '.join(args)} imported {sorted(loaded & set(HEAVY))}"
+
+
+def _pod(name: str, cpu: str, *, node: str | None = None, group: str | None = None) -> dict[str, object]:
+    spec: dict[str, object] = {
+        "priority": 1000 if node is None else 10,
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}],
+    }
+    status: dict[str, object] = {"phase": "Pending"}
+    if node is not None:
+        spec["nodeName"] = node
+        status = {"phase": "Running", "startTime": "2025-12-31T23:00:00Z"}
+    labels = {"pod-group.scheduling.sigs.k8s.io": group} if group else {}
+    meta = {"name": name, "namespace": "default", "uid": name + "-uid", "labels": labels}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+
+def test_decide_of_a_job_of_several_shapes_never_imports_numpy(tmp_path: Path) -> None:
+    """Members of different shapes rank twice in one decide: still one-shot work (no node table)."""
+    nodes = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": n, "labels": {"kubernetes.io/hostname": n}},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}},
+        }
+        for n in ("n1", "n2")
+    ]
+    case = {
+        "name": "job-of-shapes",
+        "now": "2026-01-01T00:00:00Z",
+        "objects": [*nodes, _pod("low-1", "3", node="n1"), _pod("low-2", "3", node="n2")],
+        "preemptor": [_pod("job-0", "3", group="job"), _pod("job-1", "2", group="job")],
+    }
+    path = tmp_path / "job.yaml"
+    path.write_bytes(orjson.dumps(case))  # JSON is YAML
+    code, loaded = loaded_by("decide", str(path))
+    assert code == 0
+    assert "numpy" not in loaded
 
 
 def test_heavy_commands_do_load_what_they_need() -> None:

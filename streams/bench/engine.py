@@ -119,7 +119,7 @@ def run(
     build_s = time.perf_counter() - build_started
     now = timeutil.parse(workloads.EPOCH)
     config = Config(victim_selection=mode)
-    index = Index(cluster)
+    index = Index(cluster, lasting=True)
     pending = [cluster.pods[f"high-{k:05d}-uid"] for k in range(count)]
     latencies: list[float] = []
     cpu: list[float] = []
@@ -220,7 +220,7 @@ def run_mixed(
         cluster.apply("ADDED", obj)
     build_s = time.perf_counter() - build_started
     config = Config(victim_selection=mode)
-    index = Index(cluster)
+    index = Index(cluster, lasting=True)
     # As a worker does when it restores its state (Controller.warm): every node's
     # summary before the first decision, so decisions are timed as they run live.
     t0 = time.perf_counter()

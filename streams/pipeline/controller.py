@@ -267,7 +267,7 @@ class Controller:
     _due_gen: int = field(init=False, default=-1)
 
     def __post_init__(self) -> None:
-        self.index = Index(self.cluster)
+        self.index = Index(self.cluster, lasting=True)
         self._config_hash = self.config.hash()
         self._undo = Undo(self.cluster)  # one log, emptied after every event
 
@@ -296,7 +296,7 @@ class Controller:
             if self._deciding:
                 # The engine raised while deciding: its ranking caches may be half-updated.
                 # A fresh index gives the same answers (it is exact), only slower at first.
-                self.index = Index(self.cluster)
+                self.index = Index(self.cluster, lasting=True)
             if isinstance(exc, BadEvent):
                 raise
             raise BadEvent(f"{type(exc).__name__}: {exc}", type(exc).__name__) from exc
@@ -736,7 +736,7 @@ class Controller:
     ) -> Controller:
         ctl = cls(str(state["cluster"]), config, key, decide)
         ctl.cluster = cluster_mod.build([objects.normalize(o) for o in objects_raw])
-        ctl.index = Index(ctl.cluster)
+        ctl.index = Index(ctl.cluster, lasting=True)
         ctl.seq = int(state["seq"])
         ctl.prev_hash = str(state["prevHash"])
         ctl.decisions = int(state.get("decisions", 0))

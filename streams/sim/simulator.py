@@ -93,7 +93,7 @@ class Simulator:
                 continue
             self._push(at, TRACE, dict(event))
         self.view = Cluster()  # the cluster as the API server has it
-        self._index = Index(self.view)
+        self._index = Index(self.view, lasting=True)
         self.raw: dict[str, dict[str, Any]] = {}  # pod uid -> the API's current raw pod
         self._unnominated: set[str] = set()  # pending pods without a nomination
         self._arrived: set[str] = set()  # pods that became or stayed pending since the last pass
