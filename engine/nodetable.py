@@ -170,7 +170,9 @@ class NodeTable:
 
     def _write(self, slot: int, s: Summary) -> None:
         """The node's column from its summary (of kind "all")."""
-        levels, own = self.levels, s.levels
+        # `_lay`'s one placeholder row while the cluster has no level yet: a node without pods
+        # (a summary with levels is laid out first, `usable`) writes "nothing below" into it.
+        levels, own = self.levels or [0], s.levels
         rows: list[int] = []  # for each table level, the summary's level at or below it (-1: none)
         j = -1
         for level in levels:

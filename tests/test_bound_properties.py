@@ -268,3 +268,51 @@ def test_the_node_table_grows_re_lays_and_reuses_columns() -> None:
         cluster.apply("DELETED", {**gen.node(name, 4, 8, 110)})
         cluster.apply("ADDED", gen.node(name, 4, 8, 110))
     check(100)
+
+
+def test_a_table_without_levels_holds_a_node_without_pods() -> None:
+    """No PriorityClass and a node without pods: warming wrote its column into the placeholder row.
+
+    A restored worker warms its index (`Index.warm`) before any pod carries a
+    priority; writing the empty node's column crashed (a row of no levels into
+    the table's one placeholder row), and the worker could not open its partition.
+    """
+    cluster = Cluster()
+    cluster.apply("ADDED", gen.node("empty", 4, 8, 110))
+    now = timeutil.parse(gen.NOW)
+    index = Index(cluster, lasting=True)
+    index.warm((), now, "kubernetes")
+    assert index.table is not None and index.table.levels == []
+    # Pods come (at priorities no class names: the table is re-laid), then a preemptor.
+    cluster.apply("ADDED", gen.node("busy", 2, 8, 110))
+    for k, prio in enumerate((0, 10, 10)):
+        cluster.apply("ADDED", gen.pod(f"p{k}", node="busy", priority=prio, cpu_m=600))
+    cluster.apply("ADDED", gen.pod("x", node=None, priority=100, cpu_m=3000))
+    x = cluster.pods["x-uid"]
+    table = index.table
+    states = [cluster.nodes[n] for n in ("empty", "busy")]
+    sums = {st.node.name: summary.build(cluster, st, list(st.pods.values())) for st in states}
+    exact, refused, others = table.bounds(
+        ["empty", "busy"],
+        states,
+        lambda st: sums[st.node.name],
+        {"cpu": 3000, "pods": 1},
+        100,
+        now,
+        minimal=False,
+        free_of=lambda st: cluster.free(st),
+    )
+    for name, value in exact:
+        b = summary.bound(
+            sums[name], cluster.free(cluster.nodes[name]), {"cpu": 3000, "pods": 1}, 100, now, minimal=False
+        )
+        assert (b.tier, b.value) == (default.CANDIDATE, value), name
+    for name, why in refused:
+        b = summary.bound(
+            sums[name], cluster.free(cluster.nodes[name]), {"cpu": 3000, "pods": 1}, 100, now, minimal=False
+        )
+        assert (b.tier, b.reason) == (default.REJECTED, why), name
+    assert len(exact) + len(refused) + len(others) == 2
+    d = flows.decide(cluster, [x], now=now, config=Config(), index=index)
+    fresh = flows.decide(cluster, [x], now=now, config=Config(), index=None)
+    assert d == fresh
