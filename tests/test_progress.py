@@ -10,6 +10,7 @@ The findings that need Apache Kafka are in tests/chaos/test_chaos.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import re
 import shutil
@@ -870,3 +871,41 @@ def test_after_a_pause_the_group_kept_the_partitions_are_reopened(tmp_path: Path
     asyncio.run(scenario())
     assert not p.fatal
     assert _published(p.broker) == _replayed(p.broker)
+
+
+@pytest.mark.parametrize("kafka_says", ["away", "answers"])
+def test_opening_while_kafka_is_away_is_retried_without_counting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kafka_says: str
+) -> None:
+    """Issue 20: a partition's reopen attempts count only while Kafka answers. Opening fails
+    three times REOPEN_ATTEMPTS in a row: while Kafka does not answer (Setup.unreachable gives a
+    reason) the worker waits it out and then folds everything once; while Kafka answers, the
+    same failures end in the fatal exit after REOPEN_ATTEMPTS tries, as before."""
+    from aiokafka.errors import KafkaConnectionError
+
+    monkeypatch.setattr(partitions_mod, "REOPEN_BACKOFF_S", 0.0)
+    monkeypatch.setattr(partitions_mod, "REOPEN_BACKOFF_MAX_S", 0.0)
+    outage = 3 * partitions_mod.REOPEN_ATTEMPTS
+    p = Pipeline(tmp_path)
+    p.produce(batches(_log(20), per_record=5))
+    failed = [0]
+    real_open = worker.PartitionWorker.open
+
+    async def open_(*, partition: int, setup: worker.Setup) -> worker.PartitionWorker:
+        if failed[0] < outage:
+            failed[0] += 1
+            raise KafkaConnectionError("connection refused")
+        return await real_open(partition=partition, setup=setup)
+
+    async def unreachable() -> str | None:
+        return "connection refused" if kafka_says == "away" and failed[0] < outage else None
+
+    monkeypatch.setattr(worker.PartitionWorker, "open", open_)
+    p.setup = dataclasses.replace(p.setup, unreachable=unreachable)
+    asyncio.run(p.feed())
+    if kafka_says == "away":
+        assert not p.fatal and failed[0] == outage
+        assert _published(p.broker) == _replayed(p.broker)
+    else:
+        (fatal,) = p.fatal
+        assert "could not be opened" in str(fatal) and failed[0] == partitions_mod.REOPEN_ATTEMPTS
