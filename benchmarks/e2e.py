@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import ssl
 import statistics
 import sys
@@ -46,10 +47,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from schemas import records  # noqa: E402
-from streams.brokers import embedded  # noqa: E402
-from tests.e2e import objects  # noqa: E402
-from tests.e2e.stack import ControlPlane, Stack, stack, wait_for  # noqa: E402
+from schemas import records
+from streams.brokers import embedded
+from tests.e2e import objects
+from tests.e2e.stack import ControlPlane, Stack, stack, wait_for
 
 NAMESPACE = "bench"
 PROFILES = {"preemptctl": "preemptctl-scheduler", "default": "default-scheduler"}
@@ -108,7 +109,9 @@ def fill(plane: ControlPlane, nodes: int, pods_per_node: int) -> dict[str, str]:
 
     def make_pod(args: tuple[str, int]) -> None:
         node, i = args
-        pod = objects.pod(f"{node}-v{i}", NAMESPACE, owner[node], cpu="1", priority_class="bench-low", node=node)
+        pod = objects.pod(
+            f"{node}-v{i}", NAMESPACE, owner[node], cpu="1", priority_class="bench-low", node=node
+        )
         created = plane.create(pod)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         status = {"phase": "Running", "startTime": now,
@@ -160,7 +163,9 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def report(made: dict[str, tuple[str, float]], watch: Watch, events: list[tuple[str, str, str]]) -> dict[str, Any]:
+def report(
+    made: dict[str, tuple[str, float]], watch: Watch, events: list[tuple[str, str, str]]
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     by_uid = {watch.uids.get(n): n for n in made}
     for profile in PROFILES:
@@ -181,62 +186,150 @@ def report(made: dict[str, tuple[str, float]], watch: Watch, events: list[tuple[
     return out
 
 
-def where_the_time_goes(loop: Stack, made: dict[str, tuple[str, float]], watch: Watch) -> dict[str, Any]:
-    """preemptctl's stages per preemptor, medians in seconds, from the records' own times."""
+async def _read_records(bootstrap: str, topic: str) -> list[tuple[float, Any]]:
+    """Every record of `topic` with the time Kafka has for it (the producer's create time)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        if not partitions:
+            await consumer.topics()
+            partitions = [
+                TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())
+            ]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        out = []
+        deadline = time.monotonic() + 60
+        while [
+            tp for tp in partitions if await consumer.position(tp) < ends[tp]
+        ] and time.monotonic() < deadline:
+            for messages in (await consumer.getmany(timeout_ms=500)).values():
+                out += [(m.timestamp / 1000.0, orjson.loads(m.value)) for m in messages]
+        return out
+    finally:
+        await consumer.stop()
 
-    async def _read(topic: str) -> list[tuple[float, Any]]:
-        """Every record with the time the broker has for it (the producer's create time)."""
-        consumer = AIOKafkaConsumer(bootstrap_servers=loop.bootstrap, enable_auto_commit=False)
-        await consumer.start()
-        try:
-            partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-            if not partitions:
-                await consumer.topics()
-                partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-            consumer.assign(partitions)
-            await consumer.seek_to_beginning(*partitions)
-            ends = await consumer.end_offsets(partitions)
-            out = []
-            deadline = time.monotonic() + 60
-            while [tp for tp in partitions if await consumer.position(tp) < ends[tp]] and time.monotonic() < deadline:
-                for messages in (await consumer.getmany(timeout_ms=500)).values():
-                    out += [(m.timestamp / 1000.0, orjson.loads(m.value)) for m in messages]
-            return out
-        finally:
-            await consumer.stop()
 
-    batches = asyncio.run(_read(records.CLUSTER_EVENTS))
-    decisions = asyncio.run(_read(records.DECISIONS))
-    evictions = asyncio.run(_read(records.EVICTIONS))
-    seen: dict[str, tuple[float, float]] = {}  # uid -> (first Unschedulable event ts, its record's time)
+def _requests(plane: ControlPlane) -> dict[str, list[dict[str, Any]]]:
+    """The audit log's pod requests in the bench namespace, by pod name, in the order received:
+    who (kube-scheduler, preemptctl's actuator, the bench), what, when received and answered."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in plane.cluster.audit():
+        ref = e.get("objectRef") or {}
+        if ref.get("namespace") != NAMESPACE or ref.get("resource") != "pods" or not ref.get("name"):
+            continue
+        agent = e.get("userAgent") or ""
+        who = ("kube-scheduler" if agent.startswith("kube-scheduler")
+               else "actuator" if "actuator" in (e.get("user") or {}).get("username", "")
+               else "kwok" if agent.startswith("kwok") else "other")  # fmt: skip
+        out.setdefault(ref["name"], []).append({
+            "who": who, "verb": e["verb"], "sub": ref.get("subresource") or "",
+            "code": (e.get("responseStatus") or {}).get("code"),
+            "received": _ts(e["requestReceivedTimestamp"]), "done": _ts(e["stageTimestamp"]),
+        })  # fmt: skip
+    for calls in out.values():
+        calls.sort(key=lambda c: c["received"])
+    return out
+
+
+def _first(calls: list[dict[str, Any]], who: str, verb: str, sub: str = "") -> dict[str, Any] | None:
+    return next((c for c in calls if (c["who"], c["verb"], c["sub"]) == (who, verb, sub)), None)
+
+
+def timeline(
+    loop: Stack, made: dict[str, tuple[str, float]], watch: Watch, events: list[tuple[str, str, str]]
+) -> dict[str, Any]:
+    """Where each preemptor's time goes, per profile: the median of each stage in seconds, and the
+    whole timeline (ms from creation, every API request on it and its victims) of the preemptor
+    with the median time-to-bind. Times are the API server's (audit log: received, answered)
+    and Kafka's (each record's create time); one machine, one clock."""
+    calls = _requests(loop.plane)
+    batches = asyncio.run(_read_records(loop.bootstrap, records.CLUSTER_EVENTS))
+    decisions = asyncio.run(_read_records(loop.bootstrap, records.DECISIONS))
+    evictions = asyncio.run(_read_records(loop.bootstrap, records.EVICTIONS))
+    seen: dict[str, float] = {}  # preemptor uid -> its first Unschedulable event's record time
     for appended, batch in batches:
         for e in batch.get("events", []):
             obj = e.get("object") or {}
             conds = (obj.get("status") or {}).get("conditions") or []
             uid = (obj.get("metadata") or {}).get("uid")
             if uid and uid not in seen and any(c.get("reason") == "Unschedulable" for c in conds):
-                seen[uid] = (_ts(e["ts"]), appended)
-    decided = {}
+                seen[uid] = appended
+    decided: dict[str, tuple[float, dict[str, Any]]] = {}
     for appended, d in decisions:
         if d["outcome"] == "preempt":
-            decided.setdefault(d["preemptorUid"], (appended, d["id"]))
-    acted: dict[str, float] = {}
+            decided.setdefault(d["preemptorUid"], (appended, d))
+    outcome_at: dict[str, float] = {}
     for appended, o in evictions:
-        acted[o["decisionId"]] = max(acted.get(o["decisionId"], 0.0), appended)
-    stages: dict[str, list[float]] = {k: [] for k in ("scheduler+source", "kafka", "worker", "actuator", "bind")}
-    for name, (profile, created) in made.items():
-        uid = watch.uids.get(name)
-        if profile != "preemptctl" or uid not in seen or uid not in decided or name not in watch.bound:
+        outcome_at[o["decisionId"]] = max(outcome_at.get(o["decisionId"], 0.0), appended)
+    victims_of: dict[str, list[str]] = {}  # preemptor uid -> victim names, by the Preempted Events
+    for victim, uid, _node in events:
+        victims_of.setdefault(uid, []).append(victim)
+
+    out: dict[str, Any] = {}
+    for profile in PROFILES:
+        rows = []
+        for name, (p, _) in made.items():
+            uid = watch.uids.get(name, "")
+            mine = calls.get(name, [])
+            created, bound = (
+                _first(mine, "other", "create"),
+                _first(mine, "kube-scheduler", "create", "binding"),
+            )
+            if p != profile or created is None or bound is None:
+                continue
+            marks = {"created": created["received"],
+                     "unschedulable": (_first(mine, "kube-scheduler", "patch", "status") or {}).get("done")}  # fmt: skip
+            decider = "actuator" if profile == "preemptctl" else "kube-scheduler"
+            names = victims_of.get(uid, [])
+            if profile == "preemptctl" and uid in decided:
+                marks["cluster-events record"] = seen.get(uid)
+                marks["decision record"], decision = decided[uid]
+                names = [v["name"] for v in decision["victims"]]
+                marks["nominated"] = (_first(mine, "actuator", "patch", "status") or {}).get("done")
+                marks["outcomes written"] = outcome_at.get(decision["id"])
+            acting = [
+                c for v in names for c in calls.get(v, []) if c["who"] == decider and c["verb"] != "get"
+            ]
+            reads = [c for v in names for c in calls.get(v, []) if c["who"] == decider and c["verb"] == "get"]
+            if profile == "preemptctl":
+                first = [
+                    c["received"] for c in (*acting, *reads, *[c for c in mine if c["who"] == "actuator"])
+                ]
+                marks["actuator's first request"] = min(first, default=None)
+            marks["first victim write"] = min((c["received"] for c in acting), default=None)
+            marks["last victim deleted"] = max(
+                (c["done"] for c in acting if c["verb"] == "delete"), default=None
+            )
+            marks["bound"] = bound["done"]
+            rows.append((bound["done"] - created["received"], name, marks, sorted(
+                [(c["received"], c["done"], n, c["who"], c["verb"], c["sub"], c["code"])
+                 for n in (name, *names) for c in calls.get(n, []) if c["who"] in (decider, "kube-scheduler")])))  # fmt: skip
+        if not rows:
             continue
-        event_ts, appended = seen[uid]
-        decision_at, decision_id = decided[uid]
-        stages["scheduler+source"].append(event_ts - created)
-        stages["kafka"].append(appended - event_ts)
-        stages["worker"].append(decision_at - appended)
-        if decision_id in acted:
-            stages["actuator"].append(acted[decision_id] - decision_at)
-            stages["bind"].append(watch.bound[name][0] - acted[decision_id])
-    return {k: (statistics.median(v) if v else None) for k, v in stages.items()}
+        rows.sort(key=lambda r: r[0])
+        order = list(rows[-1][2])  # every mark, in the order a preemptor passes them
+        stages: dict[str, float | None] = {}
+        for before, after in zip(order, order[1:], strict=False):
+            gaps = [m[after] - m[before] for _, _, m, _ in rows if m.get(before) and m.get(after)]
+            stages[f"{before} -> {after}"] = round(statistics.median(gaps), 4) if gaps else None
+        _, name, marks, requests = rows[len(rows) // 2]
+        t0 = marks["created"]
+        out[profile] = {
+            "stagesMedianSeconds": stages,
+            "example": {
+                "preemptor": name,
+                "marksMs": {k: round((v - t0) * 1000, 1) for k, v in marks.items() if v},
+                "requests": [
+                    f"{(r - t0) * 1000:7.1f} .. {(d - t0) * 1000:7.1f} ms  {who:14} {verb:6} {n}"
+                    f"{'/' + sub if sub else ''} -> {code}"
+                    for r, d, n, who, verb, sub, code in requests
+                ],  # fmt: skip
+            },
+        }
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -245,9 +338,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--pods-per-node", type=int, default=10)
     parser.add_argument("--preemptors", type=int, default=10, help="per profile")
     parser.add_argument("--victims", type=int, default=4, help="victims each preemptor needs")
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between preemptors of one profile")
+    parser.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between preemptors of one profile"
+    )
     parser.add_argument("--output", choices=("json", "text"), default="text")
     args = parser.parse_args(argv)
+    load_at_start = os.getloadavg()
     with ControlPlane() as plane, embedded.EmbeddedBroker() as tansu:
         plane.cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         fill(plane, args.nodes, args.pods_per_node)
@@ -258,28 +354,45 @@ def main(argv: list[str]) -> int:
             # (tansu takes about half a session timeout): stream only once it has its partitions.
             wait_for(lambda: "newly assigned partitions" in loop.log("actuator"), "actuator in its group", 60)
             print("preemptctl ready; streaming preemptors", file=sys.stderr)
+            load_streaming = os.getloadavg()
             made = stream(plane, args.preemptors, args.victims, args.interval)
             try:
-                wait_for(lambda: len(watch.bound) >= len(made), "every preemptor bound", BIND_TIMEOUT_S, every_s=0.5)
+                wait_for(
+                    lambda: len(watch.bound) >= len(made),
+                    "every preemptor bound",
+                    BIND_TIMEOUT_S,
+                    every_s=0.5,
+                )
             except AssertionError as exc:
                 print(f"warning: {exc}", file=sys.stderr)
             time.sleep(2.0)  # late evictions show up in the Events
+            events = preempted(plane)
             result = {
                 "nodes": args.nodes,
                 "podsPerNode": args.pods_per_node,
                 "victimsPerPreemptor": args.victims,
-                "profiles": report(made, watch, preempted(plane)),
-                "preemptctlStagesMedianSeconds": where_the_time_goes(loop, made, watch),
+                # 1-minute load averages: at start, when streaming began, at the end (a shared machine)
+                "loadAverage1m": [round(x[0], 1) for x in (load_at_start, load_streaming, os.getloadavg())],
+                "profiles": report(made, watch, events),
+                "timeline": timeline(loop, made, watch, events),
             }
     if args.output == "json":
         print(json.dumps(result, indent=2))
     else:
-        print(f"{args.nodes} kwok nodes, {args.nodes * args.pods_per_node} pods, {args.victims} victims per preemptor")
+        print(f"{args.nodes} kwok nodes, {args.nodes * args.pods_per_node} pods, {args.victims} victims per preemptor,"
+              f" load average (1 min) {result['loadAverage1m']}")  # fmt: skip
         for profile, r in result["profiles"].items():
             print(f"  {profile:10} bound {r['bound']}/{r['preemptors']}  time-to-bind p50 {r['timeToBindP50']}"
                   f" p99 {r['timeToBindP99']}  evictions/preemptor {r['evictionsPerPreemptor']}"
                   f"  wasted {r['wastedEvictions']}")  # fmt: skip
-        print(f"  preemptctl stages (median s): {result['preemptctlStagesMedianSeconds']}")
+        for profile, t in result["timeline"].items():
+            print(f"  {profile}: stages, median s")
+            for stage, seconds in t["stagesMedianSeconds"].items():
+                print(f"    {stage:55} {seconds}")
+            print(f"  {profile}: the median preemptor, {t['example']['preemptor']} (ms from creation)")
+            for mark, ms in t["example"]["marksMs"].items():
+                print(f"    {ms:8.1f}  {mark}")
+            print("\n".join(f"    {line}" for line in t["example"]["requests"]))
     return 0
 
 

@@ -67,6 +67,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 from kubernetes_asyncio import client
@@ -81,6 +82,12 @@ log = logging.getLogger(__name__)
 SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
 DISRUPTION_TARGET = "DisruptionTarget"
 PREEMPTION_REASON = "PreemptionByScheduler"
+# The reason of a DisruptionTarget=False that withdraws our mark from a victim we did not
+# delete after all (its preemptor's nomination failed meanwhile); the engine's `wait` rule
+# reads only DisruptionTarget=True.
+WITHDRAWN_REASON = "PreemptionWithdrawn"
+# What a refused decision's victims' outcomes say after the refusal.
+UNTOUCHED = "no victim was touched"
 # kube-scheduler's Event reason and action on a preempted victim (events.k8s.io/v1).
 EVENT_REASON = "Preempted"
 EVENT_ACTION = "Preempting"
@@ -241,6 +248,54 @@ class Context:
     trigger: str = ""  # the pod that asked for the decision (a job's first member)
 
 
+class Gate:
+    """When a decision's victims may be written to, told by its preemptor's nomination.
+
+    `checked`: the preemptor was read and may have victims (not gone, recreated, bound or
+    another scheduler's): a victim may be marked DisruptionTarget. `nominated`: its
+    nomination is written: a victim may be deleted, evicted or labelled. Each resolves to
+    None (go on) or to why not; `refuse` before `checked` means no victim is touched.
+    """
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._checked: asyncio.Future[str | None] = loop.create_future()
+        self._nominated: asyncio.Future[str | None] = loop.create_future()
+
+    @classmethod
+    def opened(cls) -> Gate:
+        gate = cls()
+        gate.open()
+        return gate
+
+    def check_passed(self) -> None:
+        if not self._checked.done():
+            self._checked.set_result(None)
+
+    def open(self) -> None:
+        """Every victim may be acted on (the nomination is written, or not needed)."""
+        self.check_passed()
+        if not self._nominated.done():
+            self._nominated.set_result(None)
+
+    def refuse(self, why: str) -> None:
+        """No victim may be acted on; one already marked is unmarked (`Actions.act`)."""
+        if not self._checked.done():
+            self._checked.set_result(why)
+        if not self._nominated.done():
+            self._nominated.set_result(why)
+
+    async def checked(self) -> str | None:
+        return await asyncio.shield(self._checked)
+
+    async def nominated(self) -> str | None:
+        return await asyncio.shield(self._nominated)
+
+
+async def _nothing() -> None:
+    return None
+
+
 @dataclass
 class Actions:
     """Kubernetes writes for the actuator. `guard` runs before every write (the Lease check)."""
@@ -251,13 +306,8 @@ class Actions:
     guard: Callable[[], None] = lambda: None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
-    def __post_init__(self) -> None:
-        self._core = client.CoreV1Api(self.api)
-        self._events = client.EventsV1Api(self.api)
-
-    def _write(self) -> dict[str, Any]:
-        """Keyword arguments of every write: its timeout (fencing counts on it), and dryRun."""
-        return {"_request_timeout": kube.write_timeout(), **({"dry_run": "All"} if self.dry_run else {})}
+    def _dry(self) -> list[tuple[str, str]]:
+        return [("dryRun", "All")] if self.dry_run else []
 
     def _wait(self, backoff: kube.Backoff, answer: Answer) -> float:
         """The pause before a retry: the backoff, or the server's Retry-After when longer."""
@@ -282,6 +332,42 @@ class Actions:
             await asyncio.sleep(self._wait(backoff, answer))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    async def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod as the server has it, or None when it does not exist."""
+        try:
+            pod: dict[str, Any] = await self._call(
+                "read", lambda: kube.json_request(self.api, "GET", _pod_path(namespace, name)), write=False
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return pod
+
+    async def _write(
+        self,
+        operation: str,
+        method: str,
+        path: str,
+        body: Any,
+        *,
+        content_type: str = "application/json",
+    ) -> Any:
+        """One write, with its timeout (fencing counts on it) and dryRun, through `_call`."""
+        return await self._call(
+            operation,
+            lambda: kube.json_request(
+                self.api,
+                method,
+                path,
+                body=body,
+                query=self._dry(),
+                content_type=content_type,
+                timeout=kube.write_timeout(),
+            ),
+            write=True,
+        )
+
     # ---- victims ---------------------------------------------------------------------
 
     async def act(
@@ -289,80 +375,85 @@ class Actions:
         victim: VictimRecord,
         context: Context,
         *,
+        gate: Gate | None = None,
         resumed: bool = False,
-        before_write: Callable[[], None] = lambda: None,
+        before_write: Callable[[], Awaitable[None]] = _nothing,
     ) -> Outcome:
-        """Act on one victim by its action; never raises for API failures (outcome error)."""
+        """Act on one victim by its action; never raises for API failures (outcome error).
+
+        The victim is read while the preemptor is (`gate.checked`), marked DisruptionTarget
+        while it is nominated, and deleted, evicted or labelled once it is (`gate.nominated`).
+        """
         action = victim["action"]
+        gate = gate or Gate.opened()
         with ACTION_SECONDS.labels(action).time():
             if victim.get("terminating"):
+                refused = await gate.checked()
+                if refused is not None:
+                    return Outcome("error", 0, f"{refused}: {UNTOUCHED}")
                 return Outcome("already-terminating", 0, "terminating when decided: no action needed")
+            failed: BaseException | None = None
             try:
-                pod = await self._read(victim)
+                pod = await self._get(victim["namespace"], victim["name"])
             except (ApiException, *_NETWORK_ERRORS) as exc:
-                return Outcome("error", 0, f"read failed: {_describe(exc)}")
+                pod, failed = None, exc
+            refused = await gate.checked()
+            if refused is not None:
+                return Outcome("error", 0, f"{refused}: {UNTOUCHED}")
+            if failed is not None:
+                return Outcome("error", 0, f"read failed: {_describe(failed)}")
             found = _classify(pod, victim, resumed=resumed)
             if found is not None:
                 return found
-            self.guard()  # before the ledger says "pending": a non-leader must not leave that mark
-            before_write()
+            assert pod is not None  # _classify settles a missing pod
             attempts = [0]
             try:
+                if action == "delete":
+                    return await self._delete(victim, pod, context, attempts, gate, before_write)
+                refused = await gate.nominated()
+                if refused is not None:
+                    return Outcome("error", 0, f"{refused}: {UNTOUCHED}")
+                self.guard()  # before the ledger says "pending": a non-leader must not leave that mark
+                await before_write()
                 if action == "evict":
                     return await self._evict(victim, attempts)
-                if action == "delete":
-                    return await self._delete(victim, pod, context, attempts)
                 if action == "label":
                     return await self._label(victim, context, attempts)
                 return Outcome("error", 0, f"unknown action {action!r}")
             except ApiException as exc:
-                return await self._write_failed(exc, victim, attempts[0])
+                return await self._write_failed(exc, victim, attempts[0], resumed=resumed)
             except _NETWORK_ERRORS as exc:
                 return Outcome("error", attempts[0], f"{action} failed: {_describe(exc)}")
 
-    async def _read(self, victim: VictimRecord) -> Any | None:
-        """The pod, or None when it does not exist."""
-        try:
-            return await self._call(
-                "read",
-                lambda: self._core.read_namespaced_pod(victim["name"], victim["namespace"]),
-                write=False,
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    async def _write_failed(self, exc: ApiException, victim: VictimRecord, attempts: int) -> Outcome:
+    async def _write_failed(
+        self, exc: ApiException, victim: VictimRecord, attempts: int, *, resumed: bool
+    ) -> Outcome:
         if exc.status == 404:
-            return Outcome("already-gone", attempts, "gone before the write")
+            return Outcome("done" if resumed else "already-gone", attempts, "gone before the write")
         if exc.status in (409, 422):
             # A precondition failed (or the uid in the patch was refused): find out why.
             try:
-                pod = await self._read(victim)
+                pod = await self._get(victim["namespace"], victim["name"])
             except (ApiException, *_NETWORK_ERRORS) as read_exc:
                 return Outcome("error", attempts, f"conflict, then read failed: {_describe(read_exc)}")
-            found = _classify(pod, victim, resumed=False)
+            found = _classify(pod, victim, resumed=resumed)
             if found is not None:
                 return Outcome(found.result, attempts, found.message)
         return Outcome("error", attempts, f"{victim['action']} failed: {_describe(exc)}")
 
     async def _evict(self, victim: VictimRecord, attempts: list[int]) -> Outcome:
-        body = client.V1Eviction(
-            metadata=client.V1ObjectMeta(name=victim["name"], namespace=victim["namespace"]),
-            delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=victim["uid"])),
-        )
+        namespace, name = victim["namespace"], victim["name"]
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": victim["uid"]}},
+        }
         backoff = kube.Backoff(self.retry.eviction_backoff_initial_s, self.retry.eviction_backoff_max_s)
         while True:
             attempts[0] += 1
             try:
-                await self._call(
-                    "evict",
-                    lambda: self._core.create_namespaced_pod_eviction(
-                        victim["name"], victim["namespace"], body, **self._write()
-                    ),
-                    write=True,
-                )
+                await self._write("evict", "POST", _pod_path(namespace, name) + "/eviction", body)
                 return Outcome("done", attempts[0])
             except ApiException as exc:
                 answer = Answer.of(exc)
@@ -374,65 +465,92 @@ class Actions:
                     return Outcome("blocked-by-pdb", attempts[0], answer.pdb_cause)
             await asyncio.sleep(self._wait(backoff, answer))
 
-    async def _delete(self, victim: VictimRecord, pod: Any, context: Context, attempts: list[int]) -> Outcome:
-        conditions = (pod.status.conditions if pod.status else None) or []
-        if not any(c.type == DISRUPTION_TARGET and c.status == "True" for c in conditions):
-            patch = {
-                "metadata": {"uid": victim["uid"]},
-                "status": {
-                    "conditions": [
-                        {
-                            "type": DISRUPTION_TARGET,
-                            "status": "True",
-                            "reason": PREEMPTION_REASON,
-                            "message": f"{COMPONENT}: preempting to accommodate a higher priority pod "
-                            f"(decision {context.decision_id})",
-                            "lastTransitionTime": kube.rfc3339(kube.now().replace(microsecond=0)),
-                        }
-                    ]
-                },
-            }
-            await self._call(
-                "patch-status",
-                lambda: self._core.patch_namespaced_pod_status(
-                    victim["name"], victim["namespace"], patch, **self._write()
-                ),
-                write=True,
-            )
-        grace = pod.spec.termination_grace_period_seconds if pod.spec else None
-        options = client.V1DeleteOptions(
-            preconditions=client.V1Preconditions(uid=victim["uid"]),
-            grace_period_seconds=DEFAULT_GRACE_PERIOD_S if grace is None else grace,
+    async def _delete(
+        self,
+        victim: VictimRecord,
+        pod: dict[str, Any],
+        context: Context,
+        attempts: list[int],
+        gate: Gate,
+        before_write: Callable[[], Awaitable[None]],
+    ) -> Outcome:
+        """DisruptionTarget=True (while the preemptor is nominated), then the delete (once it is)."""
+        marked = False
+        if not _disruption_target(pod):
+            self.guard()  # before the ledger says "pending": a non-leader must not leave that mark
+            await before_write()
+            message = f"{COMPONENT}: preempting to accommodate a higher priority pod"
+            message += f" (decision {context.decision_id})"
+            await self._condition(victim, status="True", reason=PREEMPTION_REASON, message=message)
+            marked = True
+        refused = await gate.nominated()
+        if refused is not None:
+            if not marked:
+                return Outcome("error", 0, f"{refused}: {UNTOUCHED}")
+            return await self._withdraw(victim, context, refused)
+        if not marked:
+            self.guard()
+            await before_write()
+        grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        options: dict[str, Any] = {
+            "preconditions": {"uid": victim["uid"]},
+            "gracePeriodSeconds": DEFAULT_GRACE_PERIOD_S if grace is None else grace,
+        }
+        if self.dry_run:
             # A DELETE with a body reads its options from the body alone: the server ignores
             # ?dryRun=All then, and a "dry run" would start the pod's graceful deletion.
-            dry_run=["All"] if self.dry_run else None,
-        )
+            options["dryRun"] = ["All"]
         attempts[0] += 1
-        await self._call(
-            "delete",
-            lambda: self._core.delete_namespaced_pod(
-                victim["name"], victim["namespace"], body=options, **self._write()
-            ),
-            write=True,
-        )
+        await self._write("delete", "DELETE", _pod_path(victim["namespace"], victim["name"]), options)
         return Outcome("done", attempts[0])
+
+    async def _condition(self, victim: VictimRecord, *, status: str, reason: str, message: str) -> None:
+        """Set the victim's DisruptionTarget condition (a strategic merge: by type), while its uid holds."""
+        patch = {
+            "metadata": {"uid": victim["uid"]},
+            "status": {
+                "conditions": [
+                    {
+                        "type": DISRUPTION_TARGET,
+                        "status": status,
+                        "reason": reason,
+                        "message": message,
+                        "lastTransitionTime": kube.rfc3339(kube.now().replace(microsecond=0)),
+                    }
+                ]
+            },
+        }
+        path = _pod_path(victim["namespace"], victim["name"]) + "/status"
+        await self._write("patch-status", "PATCH", path, patch, content_type=kube.STRATEGIC_MERGE_PATCH)
+
+    async def _withdraw(self, victim: VictimRecord, context: Context, refused: str) -> Outcome:
+        """The nomination failed after this victim was marked: not deleted, and the mark is
+        set False (what kube-controller-manager's disruption controller does to a stale one)."""
+        message = f"{COMPONENT}: preemption withdrawn: {refused} (decision {context.decision_id})"
+        try:
+            await self._condition(victim, status="False", reason=WITHDRAWN_REASON, message=message)
+        except (ApiException, *_NETWORK_ERRORS) as exc:
+            why = f"withdrawing DisruptionTarget failed: {_describe(exc)}"
+            return Outcome("error", 0, f"{refused}: not deleted; {why}")
+        return Outcome("error", 0, f"{refused}: not deleted, DisruptionTarget withdrawn")
 
     async def _label(self, victim: VictimRecord, context: Context, attempts: list[int]) -> Outcome:
         patch = {"metadata": {"uid": victim["uid"], **soft_eviction(context)["metadata"]}}
         attempts[0] += 1
-        await self._call(
-            "label",
-            lambda: self._core.patch_namespaced_pod(
-                victim["name"], victim["namespace"], patch, **self._write()
-            ),
-            write=True,
-        )
+        path = _pod_path(victim["namespace"], victim["name"])
+        await self._write("label", "PATCH", path, patch, content_type=kube.STRATEGIC_MERGE_PATCH)
         return Outcome("done", attempts[0])
 
     # ---- the preemptor ---------------------------------------------------------------
 
     async def nominate(
-        self, member: str, node: str, *, uid: str | None, scope: tuple[str, ...] | None = None
+        self,
+        member: str,
+        node: str,
+        *,
+        uid: str | None,
+        scope: tuple[str, ...] | None = None,
+        checked: Callable[[], None] = lambda: None,
     ) -> Nomination:
         """Set status.nominatedNodeName on a preemptor (or a job member).
 
@@ -440,51 +558,63 @@ class Actions:
         recreated or already bound stops the decision: evicting for it would free
         capacity nobody asked for. A preemptor of a scheduler outside `scope` stops
         it whatever the decision: another scheduler decides for it (two deciders
-        would evict twice).
+        would evict twice). `checked` is called once the preemptor was read and none
+        of that holds, just before the nomination is written.
         """
         namespace, _, name = member.partition("/")
         try:
-            pod = await self._call(
-                "read", lambda: self._core.read_namespaced_pod(name, namespace), write=False
-            )
+            pod = await self._get(namespace, name)
+        except (ApiException, *_NETWORK_ERRORS) as exc:
+            return Nomination("error", proceed=True, message=f"reading {member} failed: {_describe(exc)}")
+        stop = self._refusal(member, pod, uid=uid, scope=scope)
+        if stop is not None:
+            return stop
+        checked()
+        # A JSON patch whose tests the server checks on the pod it writes: the uid and "not
+        # bound" hold at the write, not only at the read (the scheduler name cannot change).
+        ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": uid}] if uid else []
+        ops += [
+            {"op": "test", "path": "/spec/nodeName", "value": None},  # absent, to the API server
+            {"op": "add", "path": "/status/nominatedNodeName", "value": node},
+        ]
+        try:
+            path = _pod_path(namespace, name) + "/status"
+            await self._write("nominate", "PATCH", path, ops, content_type=kube.JSON_PATCH)
         except ApiException as exc:
-            if exc.status == 404:
-                return Nomination("gone", proceed=uid is None, message=f"preemptor {member} is gone")
-            return Nomination("error", proceed=True, message=f"reading {member} failed: {_describe(exc)}")
+            if exc.status in (404, 409, 422):  # gone, or a test failed: read again to say which
+                try:
+                    pod = await self._get(namespace, name)
+                except (ApiException, *_NETWORK_ERRORS):
+                    pod = None
+                found = self._refusal(member, pod, uid=uid, scope=scope)
+                if found is not None:
+                    return found
+            return Nomination("error", proceed=True, message=f"nominating {member} failed: {_describe(exc)}")
         except _NETWORK_ERRORS as exc:
-            return Nomination("error", proceed=True, message=f"reading {member} failed: {_describe(exc)}")
-        if uid and pod.metadata.uid != uid:
+            return Nomination("error", proceed=True, message=f"nominating {member} failed: {_describe(exc)}")
+        return Nomination("done", proceed=True)
+
+    @staticmethod
+    def _refusal(
+        member: str, pod: dict[str, Any] | None, *, uid: str | None, scope: tuple[str, ...] | None
+    ) -> Nomination | None:
+        """Why the preemptor as read must not be nominated, or None."""
+        if pod is None:
+            return Nomination("gone", proceed=uid is None, message=f"preemptor {member} is gone")
+        if uid and (pod.get("metadata") or {}).get("uid") != uid:
             return Nomination("recreated", proceed=False, message=f"preemptor {member} was recreated")
-        scheduler = (pod.spec.scheduler_name if pod.spec else None) or DEFAULT_SCHEDULER
+        spec = pod.get("spec") or {}
+        scheduler = spec.get("schedulerName") or DEFAULT_SCHEDULER
         if scope is not None and scheduler not in scope:
             return Nomination(
                 "out-of-scope",
                 proceed=False,
                 message=f"preemptor {member} is {scheduler}'s, not of {', '.join(scope)}",
             )
-        if pod.spec and pod.spec.node_name:
-            bound = f"preemptor {member} is already bound to {pod.spec.node_name}"
+        if spec.get("nodeName"):
+            bound = f"preemptor {member} is already bound to {spec['nodeName']}"
             return Nomination("bound", proceed=uid is None, message=bound)
-        patch: dict[str, Any] = {"status": {"nominatedNodeName": node}}
-        if uid:
-            patch["metadata"] = {"uid": uid}
-        try:
-            await self._call(
-                "nominate",
-                lambda: self._core.patch_namespaced_pod_status(name, namespace, patch, **self._write()),
-                write=True,
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return Nomination("gone", proceed=uid is None, message=f"preemptor {member} is gone")
-            if exc.status in (409, 422):
-                return Nomination(
-                    "recreated", proceed=uid is None, message=f"preemptor {member} was recreated"
-                )
-            return Nomination("error", proceed=True, message=f"nominating {member} failed: {_describe(exc)}")
-        except _NETWORK_ERRORS as exc:
-            return Nomination("error", proceed=True, message=f"nominating {member} failed: {_describe(exc)}")
-        return Nomination("done", proceed=True)
+        return None
 
     # ---- Events ----------------------------------------------------------------------
 
@@ -536,11 +666,8 @@ class Actions:
                 "uid": context.preemptor_uid,
             }
         try:
-            await self._call(
-                "event",
-                lambda: self._events.create_namespaced_event(victim["namespace"], body, **self._write()),
-                write=True,
-            )
+            path = f"/apis/events.k8s.io/v1/namespaces/{quote(victim['namespace'], safe='')}/events"
+            await self._write("event", "POST", path, body)
         except ApiException as exc:
             if exc.status != 409:  # 409: posted before a restart
                 EVENT_FAILURES.inc()
@@ -550,17 +677,31 @@ class Actions:
             log.warning("Event on %s/%s failed: %s", victim["namespace"], victim["name"], _describe(exc))
 
 
-def _classify(pod: Any | None, victim: VictimRecord, *, resumed: bool) -> Outcome | None:
+def _pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+
+
+def _disruption_target(pod: dict[str, Any]) -> bool:
+    """DisruptionTarget=True already (a crash after our mark, or kube-scheduler's): not again."""
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(
+        isinstance(c, dict) and c.get("type") == DISRUPTION_TARGET and c.get("status") == "True"
+        for c in conditions
+    )
+
+
+def _classify(pod: dict[str, Any] | None, victim: VictimRecord, *, resumed: bool) -> Outcome | None:
     """The outcome the pod's current state already settles, or None when we must act."""
     where = f"{victim['namespace']}/{victim['name']}"
     if pod is None:
         return Outcome("done" if resumed else "already-gone", 0, f"{where} not found")
-    meta = pod.metadata
-    if meta.uid != victim["uid"]:
+    meta = pod.get("metadata") or {}
+    uid = meta.get("uid")
+    if uid != victim["uid"]:
         if resumed:  # our earlier delete took effect and a controller recreated the name
-            return Outcome("done", 0, f"{where} recreated as uid {meta.uid} after our action")
-        return Outcome("uid-changed", 0, f"{where} is now uid {meta.uid}, not {victim['uid']}")
-    if meta.deletion_timestamp is not None:
+            return Outcome("done", 0, f"{where} recreated as uid {uid} after our action")
+        return Outcome("uid-changed", 0, f"{where} is now uid {uid}, not {victim['uid']}")
+    if meta.get("deletionTimestamp") is not None:
         return Outcome("done" if resumed else "already-terminating", 0, f"{where} is terminating")
     return None
 

@@ -232,7 +232,9 @@ class Stack:
         return [
             "actuator", "--broker", broker, "--kubeconfig", str(self.plane.cluster.kubeconfig("actuator")),
             "--cluster", self.cluster, "--scheduler-name", PREEMPTCTL_SCHEDULER,
-            "--group-id", f"e2e-actuator-{self.cluster}", "--identity", f"e2e-{self.cluster}", *health,
+            "--group-id", f"e2e-actuator-{self.cluster}", "--identity", f"e2e-{self.cluster}",
+            "--ledger-file", str(self.root / "actuator-ledger.jsonl"),  # as the chart runs it
+            *health,
         ]  # fmt: skip
 
     def start(self, component: str) -> None:

@@ -6,7 +6,8 @@ it keeps objects and their history and adds what kmock's emulator leaves out
 (DESIGN §11): uid and resourceVersion on every object; watches that start at a
 resourceVersion (kubernetes-asyncio's `watch=True` included), server
 timeouts; label selectors; pagination; the
-eviction subresource; PUT; uid and resourceVersion preconditions; dryRun=All.
+eviction subresource; PUT; JSON patches (test, add, replace, remove); uid and
+resourceVersion preconditions; dryRun=All.
 
 Scenario helpers (`fail`, `evictions_answer`) make the faults of DESIGN §9 happen
 on demand. What a real API server does on demand (bookmarks, 410 after a
@@ -20,7 +21,7 @@ import asyncio
 import copy
 import itertools
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -125,6 +126,31 @@ def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
             into[key] = copy.deepcopy(value)
 
 
+_MISSING = object()
+
+
+def _json_patch(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """A JSON patch (RFC 6902) as kube-apiserver applies it, as far as the tests need: test, add,
+    replace, remove on object members. A `test` of null passes on a missing member (the
+    server's json-patch library does so). Any failure is the server's 422, and nothing is applied."""
+    out = copy.deepcopy(obj)
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        node: Any = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            raise _status(422, "Invalid", "the server rejected our request due to an error in our request")
+        kind, held = op["op"], node.get(last, _MISSING)
+        if kind == "test" and (None if held is _MISSING else held) != op.get("value"):
+            raise _status(422, "Invalid", "the server rejected our request due to an error in our request")
+        if kind in ("add", "replace"):
+            node[last] = copy.deepcopy(op["value"])
+        elif kind == "remove":
+            node.pop(last, None)
+    return out
+
+
 def _now() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
@@ -141,6 +167,9 @@ class FakeApi:
         self.graceful_delete = True  # pods with a grace period go terminating first, as on a real node
         # True: every watch ends right after its backlog, as behind a proxy that cuts streams.
         self.short_watches = False
+        # Awaited on every request once it is recorded, before it is served: a test delays
+        # requests (to reorder concurrent ones) or changes objects between two of them.
+        self.before: Callable[[Call], Awaitable[None]] | None = None
         self._watches: list[_Watch] = []
         self._failures: list[tuple[str, str, str | None, int]] = []
         self._eviction_answers: dict[tuple[str, str], list[int]] = {}
@@ -234,9 +263,11 @@ class FakeApi:
         plural = str(request.resource.plural)
         method = str(request.method.value).upper()
         params = dict(request.params)
-        self.calls.append(
-            Call(method, plural, request.namespace, request.name, request.subresource, params, request.data)
-        )
+        name, sub = request.name, request.subresource
+        call = Call(method, plural, request.namespace, name, sub, params, request.data)
+        self.calls.append(call)
+        if self.before is not None:
+            await self.before(call)
         for i, (f_method, f_plural, f_sub, f_status) in enumerate(self._failures):
             if (f_method, f_plural, f_sub) == (method, plural, request.subresource):
                 del self._failures[i]
@@ -352,9 +383,16 @@ class FakeApi:
             )
 
     def _patch(
-        self, plural: str, namespace: str | None, name: str, body: dict[str, Any], *, dry: bool
+        self, plural: str, namespace: str | None, name: str, body: Any, *, dry: bool
     ) -> dict[str, Any]:
         obj = self._held(plural, namespace, name)
+        if isinstance(body, list):  # application/json-patch+json
+            patched = _json_patch(obj, body)
+            if dry:
+                return self._full(plural, patched)
+            self.objects[(plural, namespace, name)] = patched
+            self._record(plural, "MODIFIED", patched)
+            return self._full(plural, patched)
         self._check_uid(obj, (body.get("metadata") or {}).get("uid"))
         if dry:
             preview = copy.deepcopy(obj)

@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
 import jsonschema
+import kmock
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kubernetes_asyncio import client
 from prometheus_client import REGISTRY
 
@@ -324,6 +328,40 @@ async def test_a_crash_between_the_write_and_its_record_resumes_as_done(
     assert len([c for c in fake.writes() if c.subresource == "eviction"]) == 1
 
 
+async def test_the_ledger_makes_lines_durable_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit: the lines appended before a sync share one fsync (not one each, in a row, on
+    the preemptor's critical path); a line appended while an fsync runs waits for the next."""
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path)
+    seen: list[int] = []  # lines in the file when each fsync started
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        seen.append(len(path.read_bytes().splitlines()))
+        time.sleep(0.05)  # a slow disk: the fsync is still running when the next line comes
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    for i in range(8):
+        ledger.mark_pending(("d", f"v{i}"))
+    await asyncio.gather(*(ledger.sync() for _ in range(8)))
+    assert seen == [8]
+    first = asyncio.ensure_future(ledger.sync())  # nothing new: returns at once
+    ledger.mark_recorded(("d", "v0"))
+    running = asyncio.ensure_future(ledger.sync())
+    await asyncio.sleep(0.01)
+    ledger.mark_recorded(("d", "v1"))  # appended during that fsync
+    await asyncio.gather(first, running, ledger.sync())
+    assert seen == [8, 9, 10]
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    ledger.close()
+    again = Ledger(path)
+    assert again.recorded(("d", "v0")) and again.recorded(("d", "v1")) and again.pending(("d", "v7"))
+    again.close()
+
+
 # ---- forgeries -----------------------------------------------------------------------
 
 
@@ -583,3 +621,181 @@ async def test_a_consumer_that_cannot_leave_its_group_does_not_hold_up_a_stop(
     stopping = asyncio.Event()
     stopping.set()
     await asyncio.wait_for(actuator._close(cast(Any, Rejoining()), stopping), 5)
+
+
+# ---- the preemptor's nomination and its victims, in step ------------------------------------
+
+SCHEDULER = "preemptctl-scheduler"
+# How the preemptor stands when the decision is handled; "-after-read": it changes between
+# the actuator's read of it and its nomination (kube-scheduler binds it, or it is replaced).
+PREEMPTOR_STATES = (
+    "ok",
+    "gone",
+    "recreated",
+    "bound",
+    "other-scheduler",
+    "gone-after-read",
+    "recreated-after-read",
+    "bound-after-read",
+)
+# "marked": the decision says it is terminating; "disruption-target": DisruptionTarget=True
+# already (an eviction that did not go through), still running.
+VICTIM_STATES = ("running", "running", "gone", "recreated", "terminating", "marked", "disruption-target")
+ACTIONS = ("delete", "evict", "label")
+# Request latencies (s) drawn per request kind: the concurrent requests land in every order.
+DELAYS = (0.0, 0.0, 0.002, 0.006)
+REQUEST_KINDS = ("GET", "PATCH", "DELETE", "POST")
+
+
+@st.composite
+def in_step_cases(draw: st.DrawFn) -> tuple[str, list[tuple[str, str]], dict[tuple[str, str], float]]:
+    preemptor = draw(st.sampled_from(PREEMPTOR_STATES))
+    victims = draw(
+        st.lists(st.tuples(st.sampled_from(VICTIM_STATES), st.sampled_from(ACTIONS)), min_size=1, max_size=5)
+    )
+    names = ["high", *(f"v{i}" for i in range(len(victims)))]
+    keys = [(method, name) for name in names for method in REQUEST_KINDS]
+    delays = draw(st.lists(st.sampled_from(DELAYS), min_size=len(keys), max_size=len(keys)))
+    return preemptor, victims, dict(zip(keys, delays, strict=True))
+
+
+def _expected(preemptor: str, state: str, action: str) -> str:
+    """The reference: what one victim's outcome must be, whatever order the requests land in."""
+    if preemptor in ("gone", "recreated", "bound", "other-scheduler"):
+        return "error"  # refused on reading the preemptor: nothing is touched
+    settled = {
+        "marked": "already-terminating",
+        "gone": "already-gone",
+        "recreated": "uid-changed",
+        "terminating": "already-terminating",
+    }
+    if state in settled:
+        return settled[state]
+    return "error" if preemptor.endswith("-after-read") else "done"
+
+
+async def _in_step(
+    preemptor: str, victims: list[tuple[str, str]], delays: dict[tuple[str, str], float]
+) -> None:
+    async with kmock.KubernetesScaffold() as handler, kmock.Server(handler) as server:
+        served = api.for_host(str(server.url))
+        try:
+            await _in_step_on(FakeApi(handler, elastic_quotas=False), served, preemptor, victims, delays)
+        finally:
+            await served.close()
+
+
+async def _in_step_on(
+    fake: FakeApi,
+    served: client.ApiClient,
+    preemptor: str,
+    victims: list[tuple[str, str]],
+    delays: dict[tuple[str, str], float],
+) -> None:
+    fake.create("nodes", objects.node("n1"))
+    high = fake.create(
+        "pods", objects.pod("high", priority=1000, cpu="3", unschedulable=True, scheduler=SCHEDULER)
+    )
+    records = []
+    for i, (state, action) in enumerate(victims):
+        pod = fake.create("pods", objects.pod(f"v{i}", node="n1", grace=30))
+        records.append(victim(pod, action, **({"terminating": True} if state == "marked" else {})))
+        if state in ("gone", "recreated"):
+            fake.remove("pods", "default", f"v{i}")
+        if state == "recreated":
+            fake.create("pods", objects.pod(f"v{i}", node="n1", grace=30))
+        if state == "terminating":
+            fake.modify(
+                "pods", "default", f"v{i}", {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}
+            )
+        if state == "disruption-target":
+            condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+            fake.modify("pods", "default", f"v{i}", {"status": {"conditions": [condition]}})
+
+    def change(how: str) -> None:
+        if how in ("gone", "recreated"):
+            fake.remove("pods", "default", "high")
+        if how == "recreated":
+            fake.create("pods", objects.pod("high", priority=1000, cpu="3", scheduler=SCHEDULER))
+        if how == "bound":
+            fake.modify("pods", "default", "high", {"spec": {"nodeName": "n2"}})
+        if how == "other-scheduler":
+            fake.modify("pods", "default", "high", {"spec": {"schedulerName": "default-scheduler"}})
+
+    change(preemptor)
+
+    async def before(call: Any) -> None:
+        if preemptor.endswith("-after-read") and (call.name, call.subresource) == ("high", "status"):
+            change(preemptor.removesuffix("-after-read"))  # between its read and its nomination
+        await asyncio.sleep(delays.get((call.method, str(call.name)), 0.0))
+
+    fake.before = before
+    act, sink = make(served, scope=(SCHEDULER,))
+    await act.handle(orjson.dumps(decision(high, records)), key=None, origin=ORIGIN)
+
+    found = outcomes(sink)
+    assert sorted(found) == [f"v{i}" for i in range(len(victims))]  # one outcome each
+    refused = preemptor in ("gone", "recreated", "bound", "other-scheduler")
+    race = preemptor.endswith("-after-read")
+    (event,) = outcome_events(sink)
+    said = {"ok": "done", "other-scheduler": "out-of-scope"}.get(
+        preemptor, preemptor.removesuffix("-after-read")
+    )
+    assert event["outcome"]["nomination"] == said
+    if refused:
+        assert fake.writes() == []
+    history = [(rv, e["object"]) for rv, plural, e in fake.history if plural == "pods"]
+    nominated = [
+        rv for rv, o in history if o["metadata"]["name"] == "high" and o["status"].get("nominatedNodeName")
+    ]
+    assert bool(nominated) == (not refused and not race)
+    for i, (state, action) in enumerate(victims):
+        name = f"v{i}"
+        outcome = found[name]
+        assert outcome["result"] == _expected(preemptor, state, action), (name, state, action, outcome)
+        if outcome["result"] == "error" and not (action == "delete" and race and state == "running"):
+            assert outcome["message"].endswith(eviction.UNTOUCHED), outcome
+        if state not in ("running", "disruption-target"):
+            continue
+        pod = fake.get("pods", "default", name)
+        assert pod is not None
+        leaving = bool(pod["metadata"].get("deletionTimestamp"))
+        target = [c for c in (pod["status"].get("conditions") or []) if c["type"] == "DisruptionTarget"]
+        labelled = eviction.SOFT_EVICTION in (pod["metadata"].get("labels") or {})
+        acted = outcome["result"] == "done"
+        assert leaving == (acted and action != "label") and labelled == (acted and action == "label")
+        if acted:
+            # Deleted, evicted or labelled only once its preemptor was nominated.
+            first = min(
+                rv
+                for rv, o in history
+                if o["metadata"]["name"] == name
+                and (
+                    o["metadata"].get("deletionTimestamp")
+                    or eviction.SOFT_EVICTION in o["metadata"]["labels"]
+                )
+            )
+            assert first > nominated[0]
+        if state == "disruption-target":
+            assert [(c["status"], c["reason"]) for c in target] == [("True", "EvictionByEvictionAPI")]
+        elif action == "delete" and acted:
+            assert [(c["status"], c["reason"]) for c in target] == [("True", "PreemptionByScheduler")]
+        elif action == "delete" and race:
+            # Marked while its preemptor was nominated, the nomination failed: unmarked, not deleted.
+            assert [(c["status"], c["reason"]) for c in target] == [("False", eviction.WITHDRAWN_REASON)]
+            assert "DisruptionTarget withdrawn" in outcome["message"]
+        else:
+            assert target == []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=in_step_cases())
+def test_victims_move_in_step_with_their_preemptors_nomination(
+    case: tuple[str, list[tuple[str, str]], dict[tuple[str, str], float]],
+) -> None:
+    """The victims are read while the preemptor is, marked while it is nominated, acted on once it
+    is: whatever order the requests land in, each victim's outcome and final state are the
+    reference's, no victim is touched for a preemptor refused on reading, none is deleted,
+    evicted or labelled before the nomination, and one marked for a nomination that then fails
+    is unmarked and kept."""
+    asyncio.run(_in_step(*case))

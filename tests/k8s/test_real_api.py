@@ -164,6 +164,13 @@ def make_actuator(
     return Actuator(actions, sink, Ledger(), hmac_key=KEY), sink
 
 
+def outcome_nomination(sink: MemorySink) -> str:
+    """What the one OUTCOME event written says of the nomination."""
+    (batch,) = [orjson.loads(r.value) for r in sink.on("preemption.cluster-events")]
+    (event,) = batch["events"]
+    return str(event["outcome"]["nomination"])
+
+
 def results(sink: MemorySink) -> dict[str, dict[str, Any]]:
     return {r["victim"]["name"]: r for r in (orjson.loads(x.value) for x in sink.on("preemption.evictions"))}
 
@@ -363,14 +370,17 @@ async def test_delete_evict_label_nominate_and_events(
     assert sorted(r.key for r in sink.on("preemption.evictions")) == sorted(
         r["victim"]["uid"].encode() for r in written
     )
-    # The preemptor is nominated first; a delete sets DisruptionTarget before deleting, as kube-scheduler.
-    writes = [
-        (e["objectRef"]["name"], e["objectRef"].get("subresource"), e["verb"])
-        for e in sorted(kube_cluster.audit(), key=lambda e: e["requestReceivedTimestamp"])
+    # A delete sets DisruptionTarget before deleting, as kube-scheduler; that mark may go while the
+    # preemptor is nominated, but every delete, eviction and label waits for the nomination.
+    requests = [
+        e for e in sorted(kube_cluster.audit(), key=lambda e: e["requestReceivedTimestamp"])
         if e.get("objectRef", {}).get("namespace") == ns and e["user"]["uid"] == "actuator-a"
         and e["objectRef"].get("resource") == "pods" and e["verb"] != "get"
     ]  # fmt: skip
-    assert writes[0] == ("high", "status", "patch")
+    writes = [(e["objectRef"]["name"], e["objectRef"].get("subresource"), e["verb"]) for e in requests]
+    (nominated,) = [e["stageTimestamp"] for e in requests if e["objectRef"]["name"] == "high"]
+    acting = [e for e in requests if e["objectRef"].get("subresource") != "status"]
+    assert len(acting) == 3 and all(e["requestReceivedTimestamp"] > nominated for e in acting)
     assert [w for w in writes if w[0] == "v-delete"] == [
         ("v-delete", "status", "patch"),
         ("v-delete", None, "delete"),
@@ -535,6 +545,66 @@ async def test_a_pod_recreated_between_read_and_write_is_never_touched(
             ),
         )
     assert refused_delete.value.status == 409
+
+
+async def test_a_preemptor_bound_while_its_victims_are_marked_keeps_them(
+    kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str
+) -> None:
+    """A victim is marked DisruptionTarget while its preemptor is nominated. kube-scheduler binds
+    the preemptor between the actuator's read of it and its nomination: the nomination's JSON
+    patch tests (uid, no nodeName) make the server refuse it (422), the victim is not deleted and
+    its mark is set back to False, and the outcome says so."""
+    high = kube_cluster.apply(pod("high", ns))
+    target = kube_cluster.apply(pod("t", ns, node_name="n1"))
+    evicted = kube_cluster.apply(pod("e", ns, node_name="n1"))
+
+    class BoundMeanwhile(eviction.Actions):
+        async def nominate(
+            self,
+            member: str,
+            node: str,
+            *,
+            uid: str | None,
+            scope: tuple[str, ...] | None = None,
+            checked: Callable[[], None] = lambda: None,
+        ) -> eviction.Nomination:
+            def bind_then_go_on() -> None:
+                checked()  # the victims may be marked from now on...
+                binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "high"},
+                           "target": {"kind": "Node", "name": "n2"}}  # fmt: skip
+                kube_cluster.request("POST", f"/api/v1/namespaces/{ns}/pods/high/binding", binding)
+
+            return await super().nominate(member, node, uid=uid, scope=scope, checked=bind_then_go_on)
+
+    sink = MemorySink()
+    actions = BoundMeanwhile(as_actuator, identity="actuator-test", retry=FAST)
+    act = Actuator(actions, sink, Ledger(), hmac_key=KEY)
+    record = decision(high, [victim(target, "delete"), victim(evicted, "evict")], f"default/b/{ns}")
+    await act.handle(record, key=None, origin=ORIGIN)
+
+    found = results(sink)
+    assert {n: r["result"] for n, r in found.items()} == {"t": "error", "e": "error"}
+    assert found["t"]["message"].endswith("is already bound to n2: not deleted, DisruptionTarget withdrawn")
+    assert found["e"]["message"].endswith(eviction.UNTOUCHED)
+    kept = get_pod(kube_cluster, ns, "t")
+    assert kept is not None and not kept["metadata"].get("deletionTimestamp")
+    (mark,) = [c for c in kept["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert (mark["status"], mark["reason"]) == ("False", eviction.WITHDRAWN_REASON)
+    untouched = get_pod(kube_cluster, ns, "e")
+    assert untouched is not None and not untouched["metadata"].get("deletionTimestamp")
+    writes = sorted(
+        (e["requestReceivedTimestamp"], e["objectRef"]["name"], e["objectRef"].get("subresource"),
+         e["verb"], e["responseStatus"]["code"])
+        for e in kube_cluster.audit()
+        if e.get("objectRef", {}).get("namespace") == ns and e["user"]["uid"] == "actuator-a"
+        and e["objectRef"].get("resource") == "pods" and e["verb"] != "get"
+    )  # fmt: skip
+    assert sorted(w[1:] for w in writes) == [
+        ("high", "status", "patch", 422),
+        ("t", "status", "patch", 200),
+        ("t", "status", "patch", 200),
+    ]
+    assert outcome_nomination(sink) == "bound"
 
 
 async def test_dry_run_writes_nothing(
