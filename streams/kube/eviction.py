@@ -33,15 +33,29 @@ Every Kubernetes edge case of actuation is handled here, with its reason:
 - Every write has api.WRITE_TIMEOUT_S and starts only after `guard` (the Lease's
   fencing check) says the Lease outlives that timeout.
 - delete: the DisruptionTarget=True condition (reason PreemptionByScheduler) is
-  set on the pod's status first, as kube-scheduler does, so controllers and the
-  engine's `wait` rule know why the pod is going; then it is deleted with its
-  own terminationGracePeriodSeconds.
+  set on the pod's status first (unless already True), as kube-scheduler does,
+  so controllers and the engine's `wait` rule know why the pod is going; then it
+  is deleted with its own terminationGracePeriodSeconds.
+- Requests and answers are plain JSON (`api.json_request`): no client models,
+  whose parsing cost more CPU than the rest of a decision.
 - label: the soft-eviction label, and an annotation of the same key holding the
   JSON detail (a label value cannot hold JSON).
 - The preemptor is read before it is nominated: when the decision names its
   uid, a preemptor that is gone, recreated or already bound stops the decision,
   and no victim is touched (each gets outcome error, saying why); so does one of
-  a scheduler outside the actuator's scope (--scheduler-name).
+  a scheduler outside the actuator's scope (--scheduler-name). The nomination is
+  a JSON patch whose `test` ops (the uid; spec.nodeName absent, which the API
+  server's json-patch reads as null) the server checks on the pod it writes, so a
+  preemptor bound or replaced after the read is caught too (422; read again to
+  say which).
+- In step with the preemptor (`Gate`), as kube-scheduler's executor goes: each
+  victim is read while the preemptor is; a `delete` victim is marked
+  DisruptionTarget while the preemptor is nominated; every delete, eviction and
+  label waits for the nomination. When the nomination then fails, a victim
+  already marked is not deleted and its mark is set to False (what the disruption
+  controller does to a stale one, reason WITHDRAWN_REASON). So the critical path
+  is one read and two writes, not five calls in a row, and the reads still settle
+  every case above before anything is written.
 - After a crash between our write and its record (the ledger says pending), a
   pod found gone, terminating or replaced counts as done: it was our write.
 - Events: events.k8s.io/v1, as kube-scheduler writes them (executor.go): reason

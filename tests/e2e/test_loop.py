@@ -254,6 +254,51 @@ def test_a_toleration_window_ending_ends_bound(plane: ControlPlane, loop: Stack)
     assert _gone(plane, victim)
 
 
+def test_room_freed_without_a_new_unschedulable_message_ends_bound(plane: ControlPlane, loop: Stack) -> None:
+    """Only preemptctl's re-decision can bind this preemptor. Its node holds a pod it may not
+    preempt (higher priority) and one it may; preempting the lower one alone frees too little, so
+    the answer is `unschedulable`. The higher pod is then deleted: kube-scheduler retries the
+    preemptor (a pod deleted from a node it filtered on resources), and fails it again with the
+    very same message ("0/N nodes are available: 1 Insufficient cpu, ..."), so it does not
+    rewrite the PodScheduled condition and the preemptor's own record asks for nothing. The
+    deletion is a change that could alter the answer: the worker decides again and preempts."""
+    group = "same"
+    (node,) = _nodes(plane, group, 1)
+    kept = plane.create(objects.pod(f"{node}-h", NAMESPACE, group, cpu="2", priority_class=HIGH, node=node))
+    (victim,) = _victims(plane, group, [node], 1, cpu="2").values()
+    wait_for(lambda: _phase(plane, f"{node}-h") == "Running", "kwok runs the higher pod", 60)
+    pre = plane.create(objects.pod("same-p", NAMESPACE, group, cpu="4", priority_class=MID))
+    uid = pre["metadata"]["uid"]
+    (first,) = wait_for(lambda: _decisions_for(loop, uid), "decided", BIND_TIMEOUT_S)
+    assert first["outcome"] == "unschedulable", first
+    message = _unschedulable_message(plane, "same-p")
+    assert "Insufficient cpu" in message
+    plane.delete(kept)
+    wait_for(lambda: _gone(plane, kept), "the higher pod gone", 60)
+    assert _watch_until_bound(plane, "same-p")[0] == node
+    assert _gone(plane, victim)
+    # kube-scheduler never wrote the preemptor's failure again: it was the same.
+    records = [
+        e["object"] for e in loop.events()
+        if (e.get("object") or {}).get("metadata", {}).get("uid") == uid
+    ]  # fmt: skip
+    nominated = next(i for i, o in enumerate(records) if (o.get("status") or {}).get("nominatedNodeName"))
+    assert {_condition_message(o) for o in records[:nominated] if _condition_message(o)} == {message}
+    decided = _decisions_for(loop, uid)
+    assert [d["outcome"] for d in decided][:1] == ["unschedulable"] and decided[-1]["outcome"] == "preempt"
+
+
+def _condition_message(pod: dict[str, Any]) -> str:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c.get("message", "") for c in conditions if c.get("type") == "PodScheduled"), "")
+
+
+def _unschedulable_message(plane: ControlPlane, name: str) -> str:
+    pod = plane.pod(NAMESPACE, name)
+    assert pod is not None
+    return _condition_message(pod)
+
+
 # ---- scope: the default profile's pods are kube-scheduler's ----------------------------------
 
 
