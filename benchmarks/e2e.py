@@ -156,6 +156,28 @@ def preempted(plane: ControlPlane) -> list[tuple[str, str, str]]:
     return sorted(set(out))
 
 
+def _cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU a process has used so far (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def processes(plane: ControlPlane, loop: Stack, tansu: embedded.EmbeddedBroker) -> dict[str, int | None]:
+    """Every process of the run, by name: the control plane, the broker, preemptctl's components."""
+    found: dict[str, int | None] = {
+        os.path.basename(str(p.args[0])).split("-v")[0]: p.pid for p in plane.cluster._processes
+    }
+    found["kube-scheduler"] = plane.scheduler._process.pid if plane.scheduler and plane.scheduler._process else None
+    found["kwok"] = plane._kwok.pid if plane._kwok else None
+    found["tansu"] = tansu.pid
+    found |= {f"preemptctl {name}": p.pid for name, p in loop.processes.items()}
+    return found
+
+
 def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -355,6 +377,8 @@ def main(argv: list[str]) -> int:
             wait_for(lambda: "newly assigned partitions" in loop.log("actuator"), "actuator in its group", 60)
             print("preemptctl ready; streaming preemptors", file=sys.stderr)
             load_streaming = os.getloadavg()
+            pids = processes(plane, loop, tansu)
+            cpu_before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
             made = stream(plane, args.preemptors, args.victims, args.interval)
             try:
                 wait_for(
@@ -366,6 +390,11 @@ def main(argv: list[str]) -> int:
             except AssertionError as exc:
                 print(f"warning: {exc}", file=sys.stderr)
             time.sleep(2.0)  # late evictions show up in the Events
+            cpu_used = {
+                name: round(after - before, 2)
+                for name, pid in pids.items()
+                if (before := cpu_before[name]) is not None and (after := _cpu_seconds(pid)) is not None
+            }
             events = preempted(plane)
             result = {
                 "nodes": args.nodes,
@@ -374,6 +403,8 @@ def main(argv: list[str]) -> int:
                 # 1-minute load averages: at start, when streaming began, at the end (a shared machine)
                 "loadAverage1m": [round(x[0], 1) for x in (load_at_start, load_streaming, os.getloadavg())],
                 "profiles": report(made, watch, events),
+                # CPU seconds each process used from the first preemptor to the end (both deciders)
+                "cpuSecondsWhileStreaming": cpu_used,
                 "timeline": timeline(loop, made, watch, events),
             }
     if args.output == "json":
@@ -385,6 +416,7 @@ def main(argv: list[str]) -> int:
             print(f"  {profile:10} bound {r['bound']}/{r['preemptors']}  time-to-bind p50 {r['timeToBindP50']}"
                   f" p99 {r['timeToBindP99']}  evictions/preemptor {r['evictionsPerPreemptor']}"
                   f"  wasted {r['wastedEvictions']}")  # fmt: skip
+        print(f"  CPU seconds while streaming: {result['cpuSecondsWhileStreaming']}")
         for profile, t in result["timeline"].items():
             print(f"  {profile}: stages, median s")
             for stage, seconds in t["stagesMedianSeconds"].items():

@@ -19,6 +19,8 @@ import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
 from kubernetes_asyncio import client, config
@@ -33,6 +35,7 @@ __all__ = [
     "ConfigException",
     "TimedApiClient",
     "connect",
+    "environment_proxy",
     "for_host",
     "json_request",
     "micro_time",
@@ -68,6 +71,8 @@ REQUEST_TIMEOUT_S = 30.0
 WRITE_TIMEOUT_S = 5.0
 # HTTP methods that change something: each is sent with the server-side deadline.
 _WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# kubernetes-asyncio's read buffer (a watch event may carry an object at etcd's 1.5 MiB limit).
+_READ_BUFFER_BYTES = 2**21
 
 
 class ApiError(Exception):
@@ -115,7 +120,26 @@ class TimedApiClient(client.ApiClient):
     admission webhook, priority-and-fairness queues, a slow etcd) cannot give up or
     close the connection, and without the server's deadline the write would land when
     the server gets to it, after the Lease has passed to another process.
+
+    Its aiohttp session does not trust the environment per request: with trust_env, aiohttp
+    looks ~/.netrc up in a thread pool on every request (the API server's auth is the
+    kubeconfig's, never netrc), a thread hop per call that cost 1.3 ms of 1.8 for five
+    concurrent requests on a quiet machine and more under load, on a preemptor's critical
+    path. The environment's proxy (HTTPS_PROXY, NO_PROXY), the one thing trust_env gave the
+    API connection, is read once here instead, unless the kubeconfig names a proxy.
     """
+
+    def __init__(self, configuration: client.Configuration | None = None) -> None:
+        super().__init__(configuration)
+        rest = self.rest_client
+        trusting = rest.pool_manager
+        rest.pool_manager = aiohttp.ClientSession(
+            connector=trusting.connector, trust_env=False, read_bufsize=_READ_BUFFER_BYTES
+        )
+        trusting.detach()  # the connector (its TLS context, its pool) now belongs to the new session
+        proxy = None if rest.proxy else environment_proxy(self.configuration.host or "")
+        if proxy:
+            rest.proxy = proxy
 
     def request(
         self,
@@ -141,6 +165,15 @@ class TimedApiClient(client.ApiClient):
             _preload_content=_preload_content,
             _request_timeout=bound,
         )
+
+
+def environment_proxy(url: str) -> str | None:
+    """The proxy the environment names for `url` (HTTPS_PROXY/HTTP_PROXY, unless NO_PROXY covers
+    its host), as aiohttp's trust_env would find it; None for none."""
+    parts = urlsplit(url)
+    if not parts.hostname or proxy_bypass(parts.hostname):
+        return None
+    return getproxies().get(parts.scheme or "https")
 
 
 def status_of(exc: BaseException) -> int | None:

@@ -362,6 +362,38 @@ async def test_the_ledger_makes_lines_durable_together(
     again.close()
 
 
+async def test_api_calls_take_no_thread_hop_and_keep_the_environments_proxy(
+    served: tuple[FakeApi, client.ApiClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp's trust_env looked ~/.netrc up in a thread pool on every request (a thread hop per
+    API call, on the preemptor's critical path); the proxy it also read is taken once instead."""
+    fake, served_api = served
+    pods = world(fake)
+    loop = asyncio.get_running_loop()
+    hops: list[Any] = []
+    real = loop.run_in_executor
+
+    def counted(executor: Any, func: Any, *args: Any) -> Any:
+        hops.append(func)
+        return real(executor, func, *args)
+
+    monkeypatch.setattr(loop, "run_in_executor", counted)
+    act, sink = make(served_api)
+    await act.handle(
+        orjson.dumps(decision(pods["high"], [victim(pods["v-delete"], "delete")])), key=None, origin=ORIGIN
+    )
+    assert outcomes(sink)["v-delete"]["result"] == "done"
+    assert hops == []
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "kubernetes.default.svc,.internal")
+    assert api.environment_proxy("https://10.0.0.1:6443") == "http://proxy.example:3128"
+    assert api.environment_proxy("https://kubernetes.default.svc:443") is None
+    assert api.environment_proxy("https://api.cluster.internal") is None
+    proxied = api.for_host("https://10.0.0.1:6443")
+    assert proxied.rest_client.proxy == "http://proxy.example:3128"
+    await proxied.close()
+
+
 # ---- forgeries -----------------------------------------------------------------------
 
 
