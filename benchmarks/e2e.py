@@ -260,6 +260,23 @@ def _first(calls: list[dict[str, Any]], who: str, verb: str, sub: str = "") -> d
     return next((c for c in calls if (c["who"], c["verb"], c["sub"]) == (who, verb, sub)), None)
 
 
+# The critical path's marks per decider (the nomination goes beside the victims' marks, and the
+# outcomes are written after the deletes: both are shown in each example's marks, not chained).
+CHAINS = {
+    "preemptctl": [
+        "created",
+        "unschedulable",
+        "cluster-events record",
+        "decision record",
+        "actuator's first request",
+        "first victim write",
+        "last victim deleted",
+        "bound",
+    ],
+    "default": ["created", "first victim write", "last victim deleted", "bound"],
+}
+
+
 def timeline(
     loop: Stack, made: dict[str, tuple[str, float]], watch: Watch, events: list[tuple[str, str, str]]
 ) -> dict[str, Any]:
@@ -332,11 +349,13 @@ def timeline(
         if not rows:
             continue
         rows.sort(key=lambda r: r[0])
-        order = list(rows[-1][2])  # every mark, in the order a preemptor passes them
+        order = CHAINS[profile]  # the marks on the critical path, in the order a preemptor passes them
         stages: dict[str, float | None] = {}
         for before, after in zip(order, order[1:], strict=False):
             gaps = [m[after] - m[before] for _, _, m, _ in rows if m.get(before) and m.get(after)]
             stages[f"{before} -> {after}"] = round(statistics.median(gaps), 4) if gaps else None
+        totals = [m["bound"] - m["created"] for _, _, m, _ in rows]
+        stages["created -> bound"] = round(statistics.median(totals), 4)
         _, name, marks, requests = rows[len(rows) // 2]
         t0 = marks["created"]
         out[profile] = {
