@@ -3,7 +3,9 @@
 This module owns:
 - `connect`, the one way an ApiClient is built (a kubeconfig file, else the
   in-cluster service account, else the default kubeconfig), and `TimedApiClient`,
-  which gives every call made through it a connect and a read timeout;
+  which gives every call made through it a connect and a read timeout, gives every
+  write the server's deadline (`?timeout=`), and runs the caller's `checked_when_sent`
+  check (the Lease's margin) as the request's bytes are about to leave;
 - `raw_request`, a request whose answer is the raw aiohttp response, for the
   source's list and watch streams (raw JSON, no model round trip);
 - `json_request`, one request whose answer is its JSON as plain dicts, for the
@@ -16,7 +18,9 @@ This module owns:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +38,7 @@ __all__ = [
     "Backoff",
     "ConfigException",
     "TimedApiClient",
+    "checked_when_sent",
     "connect",
     "environment_proxy",
     "for_host",
@@ -106,6 +111,59 @@ def write_timeout() -> aiohttp.ClientTimeout:
     return timeout(WRITE_TIMEOUT_S)
 
 
+# The check a write must pass at the moment its bytes leave the process (the actuator's Lease
+# margin, streams.kube.lease), for the request made while it is set (`checked_when_sent`).
+_SENDING_CHECK: ContextVar[Callable[[], None] | None] = ContextVar("sending_check", default=None)
+
+
+@contextmanager
+def checked_when_sent(check: Callable[[], None]) -> Iterator[None]:
+    """Run `check` again immediately before each request made in this block is written to its
+    connection; whatever it raises is what the request raises, and nothing is sent.
+
+    A check made before the call is not enough: between it and the request's bytes leaving,
+    aiohttp waits for a pooled connection, opens one (TCP and TLS: several round trips) and
+    writes the body from a task of its own, each an await on a busy event loop. A process
+    frozen there (SIGSTOP, a paused VM) sent its write when it woke, long past the check, and
+    the API server, counting `?timeout=` from when it receives a request, let it land."""
+    token = _SENDING_CHECK.set(check)
+    try:
+        yield
+    finally:
+        _SENDING_CHECK.reset(token)
+
+
+class _CheckedRequest(aiohttp.ClientRequest):
+    """A request that runs the `checked_when_sent` check when it is sent: in `send` (on the
+    connection it got) and again, for a request with a body, in the task that writes the
+    headers and the body together, right before the first byte is written."""
+
+    async def send(self, conn: aiohttp.connector.Connection) -> aiohttp.ClientResponse:
+        check = _SENDING_CHECK.get()
+        if check is not None:
+            check()  # raised as itself: the request was never sent (aiohttp closes the connection)
+        return await super().send(conn)
+
+    async def write_bytes(
+        self,
+        writer: aiohttp.abc.AbstractStreamWriter,
+        conn: aiohttp.connector.Connection,
+        content_length: int | None = None,
+    ) -> None:
+        check = _SENDING_CHECK.get()
+        if check is not None:
+            try:
+                check()
+            except Exception as exc:
+                # Headers are buffered until the body is written: nothing has left. The
+                # response the caller awaits fails with the check's own exception.
+                if conn.protocol is not None:
+                    conn.protocol.set_exception(exc)
+                conn.close()
+                return
+        await super().write_bytes(writer, conn, content_length)
+
+
 class TimedApiClient(client.ApiClient):
     """An ApiClient whose every request has a timeout: REQUEST_TIMEOUT_S unless the call names one.
 
@@ -127,6 +185,9 @@ class TimedApiClient(client.ApiClient):
     concurrent requests on a quiet machine and more under load, on a preemptor's critical
     path. The environment's proxy (HTTPS_PROXY, NO_PROXY), the one thing trust_env gave the
     API connection, is read once here instead, unless the kubeconfig names a proxy.
+
+    Its requests are `_CheckedRequest`s: a write made under `checked_when_sent` is checked
+    again as it is sent.
     """
 
     def __init__(self, configuration: client.Configuration | None = None) -> None:
@@ -134,7 +195,10 @@ class TimedApiClient(client.ApiClient):
         rest = self.rest_client
         trusting = rest.pool_manager
         rest.pool_manager = aiohttp.ClientSession(
-            connector=trusting.connector, trust_env=False, read_bufsize=_READ_BUFFER_BYTES
+            connector=trusting.connector,
+            trust_env=False,
+            read_bufsize=_READ_BUFFER_BYTES,
+            request_class=_CheckedRequest,
         )
         trusting.detach()  # the connector (its TLS context, its pool) now belongs to the new session
         proxy = None if rest.proxy else environment_proxy(self.configuration.host or "")

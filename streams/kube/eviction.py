@@ -30,8 +30,10 @@ Every Kubernetes edge case of actuation is handled here, with its reason:
 - 5xx, 429 without a PDB cause and network errors (timeouts, dropped connections)
   are transient on every call: retried TRANSIENT_ATTEMPTS times, never sooner than
   Retry-After (capped at RETRY_AFTER_MAX_S), then the outcome is error.
-- Every write has api.WRITE_TIMEOUT_S and starts only after `guard` (the Lease's
-  fencing check) says the Lease outlives that timeout.
+- Every write has api.WRITE_TIMEOUT_S (the API server is told it as `?timeout=`)
+  and is sent only while `guard` (the Lease's check) says the Lease outlives that
+  timeout: checked before the call and again as the request's bytes are written
+  (api.checked_when_sent), so waiting for a connection does not stretch the margin.
 - delete: the DisruptionTarget=True condition (reason PreemptionByScheduler) is
   set on the pod's status first (unless already True), as kube-scheduler does,
   so controllers and the engine's `wait` rule know why the pod is going; then it
@@ -331,10 +333,15 @@ class Actions:
         """One API call with transient retries; the guard runs before each write attempt."""
         backoff = kube.Backoff(self.retry.transient_backoff_initial_s, self.retry.transient_backoff_max_s)
         for attempt in range(1, self.retry.transient_attempts + 1):
-            if write:
-                self.guard()
             try:
-                result = await call()
+                if write:
+                    self.guard()
+                    # And again as its bytes leave: a process frozen after this check (while
+                    # the request waits for or opens a connection) must not send it on waking.
+                    with kube.checked_when_sent(self.guard):
+                        result = await call()
+                else:
+                    result = await call()
             except (ApiException, *_NETWORK_ERRORS) as exc:
                 answer = Answer.of(exc)
                 API_REQUESTS.labels(operation, str(answer.status or "network")).inc()

@@ -262,7 +262,8 @@ class PreemptorEvents:
         self._guard()  # NotLeader propagates: a deposed actuator writes nothing, Events included
         pod = f"{event.namespace}/{event.name}"
         try:
-            await self._events.create_namespaced_event(event.namespace, body, **options)
+            with kube.checked_when_sent(self._guard):  # again as it is sent (api.checked_when_sent)
+                await self._events.create_namespaced_event(event.namespace, body, **options)
         except ApiException as exc:
             if exc.status == 409:  # posted before a redelivery or a restart
                 return "posted"

@@ -36,7 +36,7 @@ from streams.common import signing
 from streams.kafka import topics as kafka_topics
 from streams.kafka.deadletter import Origin
 from streams.kafka.sink import KafkaSink, MemorySink
-from streams.kube import actuator, api, eviction
+from streams.kube import actuator, api, eviction, lease
 from streams.kube.actuator import Actuator, Topics
 from streams.kube.ledger import Ledger
 from tests.k8s import objects
@@ -394,6 +394,78 @@ async def test_api_calls_take_no_thread_hop_and_keep_the_environments_proxy(
     await proxied.close()
 
 
+class Fence:
+    """The Lease's margin as the actuator checks it (lease.LeaseElector.check): holds until `lose()`."""
+
+    def __init__(self, *, lose_after: int | None = None) -> None:
+        self.passed = 0
+        self.lose_after = lose_after  # the margin runs out after this many checks passed
+        self.checked = asyncio.Event()  # a check passed
+
+    def lose(self) -> None:
+        self.lose_after = self.passed
+
+    def check(self) -> None:
+        if self.lose_after is not None and self.passed >= self.lose_after:
+            raise lease.NotLeader("not the holder of the Lease (test)")
+        self.passed += 1
+        self.checked.set()
+
+
+async def test_a_write_is_checked_again_when_it_is_sent(served: tuple[FakeApi, client.ApiClient]) -> None:
+    """Issue 22: a frozen actuator's DELETE reached the API server 5.6 s after its successor took
+    the Lease over. Its Lease check had passed before the request waited for a connection (opened
+    one: TCP and TLS) and for its body-writing task; frozen in between, it sent the write on
+    waking. Each write is checked again as it is sent: once the margin is gone, nothing leaves."""
+    fake, served_api = served
+    pods = world(fake)
+    configuration = client.Configuration()
+    configuration.host = served_api.configuration.host
+    configuration.connection_pool_maxsize = 1  # the write waits for the one connection
+    one = api.TimedApiClient(configuration)
+    held, arrived = asyncio.Event(), asyncio.Event()
+
+    async def before(call: Any) -> None:
+        if (call.method, call.name) == ("GET", "v-other"):
+            arrived.set()
+            await held.wait()
+
+    fake.before = before
+    context = eviction.Context(
+        decision_id="d1", preemptor="default/high", node="n1", preemptor_uid=pods["high"]["metadata"]["uid"]
+    )
+    done = eviction.Outcome("done", 1)
+    try:
+        reading = asyncio.create_task(api.json_request(one, "GET", "/api/v1/namespaces/default/pods/v-other"))
+        await asyncio.wait_for(arrived.wait(), STEP_TIMEOUT_S)  # the connection is busy
+        fence = Fence()
+        actions = eviction.Actions(one, identity="test", guard=fence.check, retry=FAST)
+        posting = asyncio.create_task(actions.post_event(victim(pods["v-evict"], "evict"), context, done))
+        await asyncio.wait_for(fence.checked.wait(), STEP_TIMEOUT_S)  # checked before the call ...
+        fence.lose()  # ... and the margin runs out while it waits for a connection
+        held.set()
+        await reading
+        with pytest.raises(lease.NotLeader):
+            await asyncio.wait_for(posting, STEP_TIMEOUT_S)
+        assert fake.writes() == []
+        # Sent on its connection, it is checked once more as its headers and body are written
+        # (from a task of aiohttp's own, scheduled after the request was handed its connection).
+        for lose_after in (1, 2):
+            fence = Fence(lose_after=lose_after)
+            actions = eviction.Actions(one, identity="test", guard=fence.check, retry=FAST)
+            with pytest.raises(lease.NotLeader):
+                await actions.post_event(victim(pods["v-evict"], "evict"), context, done)
+            assert fake.writes() == []
+        fence = Fence()  # and with the margin, it is written
+        actions = eviction.Actions(one, identity="test", guard=fence.check, retry=FAST)
+        await actions.post_event(victim(pods["v-evict"], "evict"), context, done)
+        assert [(c.method, c.plural) for c in fake.writes()] == [("POST", "events")]
+        assert fence.passed == 3  # before the call, as it is sent, as its bytes are written
+    finally:
+        held.set()
+        await one.close()
+
+
 # ---- forgeries -----------------------------------------------------------------------
 
 
@@ -653,6 +725,35 @@ async def test_a_consumer_that_cannot_leave_its_group_does_not_hold_up_a_stop(
     stopping = asyncio.Event()
     stopping.set()
     await asyncio.wait_for(actuator._close(cast(Any, Rejoining()), stopping), 5)
+
+
+async def test_a_stop_is_never_held_up_by_the_consume_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 22: a leader woken (SIGCONT) after its successor took over sat in aiokafka's group
+    join at SIGTERM, and the process never exited. Whatever the consume loop awaits, a stop
+    gives it STOP_TIMEOUT_S, then cancels it."""
+    monkeypatch.setattr(actuator, "STOP_TIMEOUT_S", 0.05)
+    never, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def joining() -> None:
+        try:
+            await never.wait()  # a group join that does not settle
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    stopping = asyncio.Event()
+    running = asyncio.create_task(actuator._until_stopped(joining(), stopping))
+    await asyncio.sleep(0)
+    assert not running.done()  # nothing ends it before the stop
+    stopping.set()
+    await asyncio.wait_for(running, STEP_TIMEOUT_S)
+    assert cancelled.is_set()
+
+    async def failing() -> None:
+        raise lease.NotLeader("lost")
+
+    with pytest.raises(lease.NotLeader):  # the loop's own failure is its caller's, as before
+        await actuator._until_stopped(failing(), asyncio.Event())
 
 
 # ---- the preemptor's nomination and its victims, in step ------------------------------------
