@@ -94,6 +94,13 @@ SESSION_TIMEOUT_MS = 10_000
 # per decision, so nothing is lost by not waiting: the broker drops the member after its
 # session timeout.
 CONSUMER_CLOSE_TIMEOUT_S = 5.0
+# After SIGTERM, the decision in hand and the consumer's close get this long; then whatever is
+# still awaited is cancelled (a crash's recovery covers a decision cut short: the ledger's
+# pending marks, the outcomes read back by the next leader). Any await of the consume loop can
+# outlast a kubelet's grace on a slow broker: a woken (SIGCONT) leader sat in aiokafka's group
+# join at SIGTERM and never exited (issue 22). With the Lease's release after it (two writes of
+# api.WRITE_TIMEOUT_S at most), the process exits within the chart's 60 s grace.
+STOP_TIMEOUT_S = 15.0
 # Reading the evictions topic back at start gives up waiting for records that
 # the broker reported but never delivered after this long (a broker fault).
 READ_BACK_TIMEOUT_S = 60.0
@@ -594,6 +601,29 @@ def _nothing() -> None:
     return None
 
 
+async def _until_stopped(work: Any, stopping: asyncio.Event) -> None:
+    """Await `work`; once `stopping` is set, give it STOP_TIMEOUT_S more to end, then cancel it."""
+    working = asyncio.ensure_future(work)
+    asked = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait({working, asked}, return_when=asyncio.FIRST_COMPLETED)
+        if not working.done():
+            await asyncio.wait({working}, timeout=STOP_TIMEOUT_S)
+        if not working.done():
+            log.warning(
+                "still consuming %.0fs after the stop was asked for; cancelling (a decision cut "
+                "short is recovered as after a crash)",
+                STOP_TIMEOUT_S,
+            )
+            working.cancel()
+            await asyncio.gather(working, return_exceptions=True)
+            return
+        await working  # its result, or its exception
+    finally:
+        asked.cancel()
+        working.cancel()  # a no-op once it is done; else this coroutine itself was cancelled
+
+
 async def _first(wanted: Any, stop: Any) -> bool:
     """Await `wanted` unless `stop` finishes first; True when `wanted` did."""
     wanted_task = asyncio.ensure_future(wanted)
@@ -806,7 +836,7 @@ async def _run(
     component.stop_on_signals(stopping.set)
     electing = asyncio.create_task(elector.run()) if elector else None
     try:
-        await actuator.consume(kafka, group_id=group_id, stopping=stopping)
+        await _until_stopped(actuator.consume(kafka, group_id=group_id, stopping=stopping), stopping)
     finally:
         if electing is not None:
             electing.cancel()
