@@ -24,7 +24,7 @@ import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -840,10 +840,15 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
     """Two `preemptctl actuator` processes, each as its own ServiceAccount token, contend for the
     Lease. The leader is frozen (SIGSTOP) while its eviction waits inside the API server (a slow
     admission webhook); the other takes the Lease over and acts; then the frozen one is woken
-    (SIGCONT). The audit log must show no write of the frozen process after the takeover: the
-    server gives its in-flight write up at the write's deadline (?timeout=, api.TimedApiClient),
-    which the frozen client cannot do by closing its connection, and once awake its Lease check
-    lets no further write start."""
+    (SIGCONT). Its other victim's delete goes out concurrently with the eviction, so it may have
+    landed before the freeze, be in flight, or not have left the process yet: the test holds
+    whichever happened to what docs/deploy.md §5 guarantees, read from the audit log. Every write
+    of the frozen process carried its deadline (?timeout=5s) and was received while its Lease had
+    more than that left, so the server answered or gave it up before the takeover (the held
+    eviction: 504 at its deadline); once awake it sends nothing (each write is checked again as
+    its bytes leave, api.checked_when_sent), and it exits on SIGTERM. Each victim is acted on
+    once: a victim the frozen leader deleted is found terminating by the successor, not deleted
+    again."""
     _, _, openssl = cluster.prerequisites()
     high = kube_cluster.apply(pod("high", ns))
     evicted = kube_cluster.apply(pod("v-evict", ns, node_name="n1"))
@@ -907,9 +912,21 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
                         takeover = moment(spec["acquireTime"])
                         webhook.release()  # the server gets to the frozen process's eviction only now
 
+                        def ledger(name: str) -> list[dict[str, Any]]:
+                            path = tmp_path / f"{name}.jsonl"
+                            lines = path.read_bytes().splitlines() if path.exists() else []
+                            return [orjson.loads(line) for line in lines if line.endswith(b"}")]
+
+                        def outcomes() -> int:  # of decision 1, by either process
+                            return len({
+                                e["subject"] for name in ("a", "b") for e in ledger(name)
+                                if e["decisionId"] == f"{ns}/1/high" and e["state"] == "recorded"
+                                and e["subject"] in (evicted["metadata"]["uid"], deleted["metadata"]["uid"])
+                            })  # fmt: skip
+
                         async def acted() -> bool:
                             return (
-                                await metric(ports["b"], "preemptctl_actuator_outcomes_total") >= 2
+                                outcomes() == 2
                                 and await metric(ports["b"], "preemptctl_dead_letters_total") >= 1
                             )
 
@@ -940,31 +957,60 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
             and e.get("objectRef", {}).get("namespace") == ns and e["objectRef"].get("name") != "probe"
         ]  # fmt: skip
 
+    def said(e: dict[str, Any]) -> str:
+        return (
+            f"{e['verb']} {e['requestURI']} -> {e['responseStatus']['code']}, "
+            f"received {e['requestReceivedTimestamp']}, answered {e['stageTimestamp']}"
+        )
+
+    frozen = writes(frozen_uid)
+    everything = (
+        f"takeover at {spec['acquireTime']}; the frozen actuator's writes: {[said(e) for e in frozen]}"
+    )
+    deadline = timedelta(seconds=kube.WRITE_TIMEOUT_S)
+    assert all(f"timeout={kube.WRITE_TIMEOUT_S:g}s" in e["requestURI"] for e in frozen), everything
+    # No write of the frozen process could land after the takeover: each was received with the
+    # margin, its deadline passed before the takeover, and it was answered before it.
     late = [
-        f"{e['verb']} {e['requestURI']} -> {e['responseStatus']['code']} at {e['stageTimestamp']}"
-        for e in writes(frozen_uid)
-        if moment(e["requestReceivedTimestamp"]) >= takeover
-        or (e["responseStatus"]["code"] < 400 and moment(e["stageTimestamp"]) >= takeover)
-    ]
-    assert not late, f"the frozen actuator wrote after its successor took over at {takeover}: {late}"
-    # How: the server gave the in-flight eviction up at its deadline, before anyone else could lead.
-    (cut,) = [e for e in writes(frozen_uid) if e["objectRef"].get("subresource") == "eviction"]
-    assert cut["responseStatus"]["code"] == 504 and moment(cut["stageTimestamp"]) < takeover
+        said(e) for e in frozen
+        if moment(e["requestReceivedTimestamp"]) + deadline >= takeover
+        or moment(e["stageTimestamp"]) >= takeover
+    ]  # fmt: skip
+    assert not late, f"the frozen actuator wrote too late: {late}; {everything}"
+    # How, for the write held in the server: given up there at its deadline.
+    (cut,) = [e for e in frozen if e["objectRef"].get("subresource") == "eviction"]
+    assert cut["responseStatus"]["code"] == 504, everything
     done = {
         (e["verb"], e["objectRef"]["name"], e["objectRef"].get("subresource"))
         for e in writes(successor_uid)
         if e["responseStatus"]["code"] < 300
     }
-    assert {("create", "v-evict", "eviction"), ("delete", "v-delete", None)} <= done
+    assert ("create", "v-evict", "eviction") in done
+    # v-delete is deleted once, by whichever got to it: the successor finds a pod the frozen
+    # leader deleted terminating, and leaves it.
+    deletes = [
+        e for uid in (frozen_uid, successor_uid) for e in writes(uid)
+        if (e["verb"], e["objectRef"]["name"]) == ("delete", "v-delete") and e["responseStatus"]["code"] < 300
+    ]  # fmt: skip
+    assert len(deletes) == 1, everything
     # ... and wrote nothing while it was a standby.
     assert not [e for e in writes(successor_uid) if moment(e["requestReceivedTimestamp"]) < takeover]
     assert spec["leaseTransitions"] == transitions + 1
     assert spec["leaseDurationSeconds"] == int(FAILOVER_LEASE[1])  # the flag reached the Lease
-    ledger = [orjson.loads(line) for line in (tmp_path / "b.jsonl").read_bytes().splitlines()]
-    assert {(e["subject"], e["state"]) for e in ledger if e["decisionId"] == f"{ns}/1/high"} >= {
-        (evicted["metadata"]["uid"], "recorded"),
-        (deleted["metadata"]["uid"], "recorded"),
+    # An outcome per victim: the successor's, or the frozen leader's written before it froze (the
+    # successor read it back on taking over and left that victim alone). Kafka has no fencing
+    # either: an outcome whose send was in flight at the freeze could reach the log on waking,
+    # beside the successor's (docs/deploy.md §5), so "only one of them" is not asserted.
+    recorded = {
+        name: {
+            e["subject"]
+            for e in ledger(name)
+            if e["decisionId"] == f"{ns}/1/high" and e["state"] == "recorded"
+        }
+        for name in ("a", "b")
     }
+    for uid in (evicted["metadata"]["uid"], deleted["metadata"]["uid"]):
+        assert uid in recorded["a"] | recorded["b"], recorded
 
 
 # ---- the source ----------------------------------------------------------------------------
