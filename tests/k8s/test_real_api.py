@@ -834,6 +834,82 @@ async def webhook_serving(kube_cluster: cluster.TestCluster, webhook: HoldingWeb
     await eventually(probed, "the webhook to be called")
 
 
+# A write's deadline in the probe below, and how long the webhook holds it: well past it.
+PROBE_DEADLINE = "1s"
+PROBE_HOLD_S = 3.0
+
+
+async def test_the_api_server_gives_a_write_up_at_its_deadline(
+    kube_cluster: cluster.TestCluster, ns: str, tmp_path: Path
+) -> None:
+    """What the actuator's fencing stands on (docs/deploy.md §5): kube-apiserver counts a write's
+    `?timeout=` from when it took the request in, answers 504 at it and does not land the write,
+    for each kind of write the actuator makes to a victim (DELETE, eviction, status PATCH), even
+    when what held it (a slow admission webhook) lets it through afterwards. Without the
+    deadline the same held DELETE lands when the webhook answers."""
+    _, _, openssl = cluster.prerequisites()
+    deadline = {"timeout": PROBE_DEADLINE}
+    condition = {"type": "DisruptionTarget", "status": "True"}
+    eviction_body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p-evict"}}
+    writes = {
+        "delete": ("DELETE", "", {"gracePeriodSeconds": 30}, deadline),
+        "evict": ("POST", "/eviction", eviction_body, deadline),
+        "status": ("PATCH", "/status", {"status": {"conditions": [condition]}}, deadline),
+        "delete-without-deadline": ("DELETE", "", {"gracePeriodSeconds": 30}, {}),
+    }  # fmt: skip
+    for case in writes:
+        kube_cluster.apply(pod(f"p-{case}", ns, node_name="n1"))
+    async with HoldingWebhook(tmp_path, openssl) as webhook:
+        registration = webhook.configuration(f"hold-all-{ns}", ns)
+        registration["webhooks"][0]["rules"][0].update(
+            operations=["CREATE", "DELETE", "UPDATE"], resources=["pods/eviction", "pods", "pods/status"]
+        )
+        kube_cluster.request("POST", WEBHOOKS, registration)
+        try:
+            await webhook_serving(kube_cluster, webhook, ns)
+            for case, (method, sub, body, query) in writes.items():
+                path = f"/api/v1/namespaces/{ns}/pods/p-{case}{sub}"
+                webhook.hold(cluster.IDENTITIES["admin"][1])
+                webhook.arrived.clear()
+                sending = asyncio.create_task(
+                    asyncio.to_thread(
+                        lambda m=method, p=path, b=body, q=query: kube_cluster.request(m, p, b, **q)
+                    )
+                )
+                arrived = asyncio.create_task(webhook.arrived.wait())
+                await asyncio.wait(
+                    {sending, arrived}, timeout=STEP_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                arrived.cancel()
+                assert webhook.arrived.is_set(), f"{case}: not held ({sending})"
+                await asyncio.sleep(PROBE_HOLD_S)  # the held write's deadline passes meanwhile
+                webhook.release()  # ... and the webhook allows it
+                with contextlib.suppress(urllib.error.HTTPError):
+                    await sending
+        finally:
+            kube_cluster.request("DELETE", f"{WEBHOOKS}/hold-all-{ns}")
+    verbs = {"DELETE": "delete", "POST": "create", "PATCH": "patch"}
+    answers = {}
+    for case, (method, sub, _, query) in writes.items():
+        (answers[case],) = [
+            e for e in kube_cluster.audit()
+            if (e.get("objectRef") or {}).get("namespace") == ns and e["objectRef"].get("name") == f"p-{case}"
+            and e["verb"] == verbs[method] and (e["objectRef"].get("subresource") or "") == sub.strip("/")
+            and ("timeout=" in e["requestURI"]) == bool(query)
+        ]  # fmt: skip
+    for case in ("delete", "evict", "status"):
+        answer = answers[case]
+        waited = moment(answer["stageTimestamp"]) - moment(answer["requestReceivedTimestamp"])
+        assert answer["responseStatus"]["code"] == 504, answer
+        assert waited < timedelta(seconds=PROBE_HOLD_S), answer  # given up before the webhook answered
+        got = kube_cluster.request("GET", f"/api/v1/namespaces/{ns}/pods/p-{case}")
+        assert got["metadata"].get("deletionTimestamp") is None, got  # not deleted, not evicted
+        assert [c["type"] for c in got["status"].get("conditions") or ()] == ["Ready"], got  # not patched
+    assert answers["delete-without-deadline"]["responseStatus"]["code"] == 200
+    got = kube_cluster.request("GET", f"/api/v1/namespaces/{ns}/pods/p-delete-without-deadline")
+    assert got["metadata"].get("deletionTimestamp") is not None  # the same hold, no deadline: it lands
+
+
 async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
     kube_cluster: cluster.TestCluster, ns: str, tansu: str, tmp_path: Path
 ) -> None:
