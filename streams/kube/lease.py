@@ -12,7 +12,10 @@ for it only one wins (the other gets 409 Conflict).
 What a real API server showed, handled here:
 - Fencing: `check()` lets a write start only while the Lease has more validity
   left than the write's own timeout (api.WRITE_TIMEOUT_S), measured from the
-  start of the last successful renewal to the renew deadline. The server is
+  start of the last successful renewal to the renew deadline; the actuator runs
+  it before each write and again as the write's bytes leave the process
+  (api.checked_when_sent), so a write that waited for a connection is not sent
+  on the strength of an old check. The server is
   given the same deadline (`?timeout=`, api.TimedApiClient), so a write is
   answered or abandoned, by the client and by the server, before this process
   stops calling itself leader, which is itself LEASE_DURATION_S -
@@ -20,8 +23,9 @@ What a real API server showed, handled here:
   a paused VM or container) finds on waking that its monotonic clock moved on,
   and starts nothing; a write it had in the server when it froze is given up
   there at its deadline, although the frozen client can no longer give up.
-  What no client can fence: a freeze in the instant between the check and the
-  request's bytes leaving the process, or a request held on its way (an L7
+  What no client can fence (Kubernetes has no fencing token): a freeze in the
+  instant between that last check and the bytes reaching the kernel, or a
+  request held on its way (an L7
   proxy) for longer than the margin; the server's deadline counts from when it
   received the request. Only the server checking the holder on each write
   (admission against the Lease) would close those.
