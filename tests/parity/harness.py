@@ -56,6 +56,10 @@ GRACE_S = 3600
 # far more before a missing answer counts as a failure (the scheduler's log is then shown).
 VERDICT_TIMEOUT_S = 120.0
 POLL_S = 0.02
+# The Priority admission plugin reads PriorityClasses from an informer: a pod naming a class
+# created a moment ago can be refused (403, "no PriorityClass with name ...") until the
+# informer has it; a loaded machine has seen that. Tried again until then, within this long.
+CLASS_VISIBLE_S = 30.0
 NOT_ELIGIBLE_TERMINATING = "not eligible due to a terminating pod on the nominated node"
 _TARGET = re.compile(r'"the target node for the preemption is determined" node="([^"]*)" pod="([^"]*)"')
 # The synchronous path logs with the scheduling cycle's logger (a pod= key first), the
@@ -194,13 +198,13 @@ class Harness:
             if p.get("status")
         )
         everyone = [*pods, preemptor]
-        api.each(
-            (
-                "POST",
+        api.map(
+            lambda p: _admitted(
+                api,
                 f"/api/v1/namespaces/{p['metadata']['namespace']}/pods",
                 {k: v for k, v in p.items() if k != "status"},
-            )
-            for p in everyone
+            ),
+            everyone,
         )
         api.each(
             (
@@ -381,3 +385,16 @@ def harness(control: k8s.TestCluster) -> Iterator[Harness]:
         yield h
     finally:
         h.close()
+
+
+def _admitted(api: api_mod.Api, path: str, body: dict[str, Any]) -> Any:
+    """POST a pod, again while admission has not seen its PriorityClass yet (CLASS_VISIBLE_S)."""
+    deadline = time.monotonic() + CLASS_VISIBLE_S
+    while True:
+        try:
+            return api.call("POST", path, body)
+        except api_mod.ApiError as exc:
+            unseen_class = exc.status == 403 and "no PriorityClass with name" in str(exc)
+            if not unseen_class or time.monotonic() > deadline:
+                raise
+            time.sleep(POLL_S)
