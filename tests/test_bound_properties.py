@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from engine import default, flows, minimal, summary, timeutil
-from engine.cluster import Cluster
+from engine.cluster import Cluster, NodeState
 from engine.config import Config
 from engine.default import Preemptor
 from engine.index import Index
@@ -113,16 +113,19 @@ def nodes(draw: st.DrawFn) -> dict[str, Any]:
     return {"objects": [*objects, preemptor], "now": timeutil.parse(gen.NOW) + minutes * 60 * timeutil.SECOND}
 
 
-@SETTINGS
-@given(nodes(), st.sampled_from(("kubernetes", "minimal")), st.booleans())
-def test_bound_and_refine_never_exceed_a_full_evaluation(raw: dict[str, Any], mode: str, job: bool) -> None:
+def _drawn(raw: dict[str, Any]) -> tuple[Cluster, int, Preemptor, NodeState]:
+    """The drawn node's cluster, its instant, the preemptor `pre-uid` and the node `n1`."""
     cluster = Cluster()
     for obj in raw["objects"]:
         cluster.apply("ADDED", obj)
-    now = raw["now"]
     pod = cluster.pods["pre-uid"]
-    pre = Preemptor(pod, cluster.priority(pod), pod.requests)
-    state = cluster.nodes["n1"]
+    return cluster, raw["now"], Preemptor(pod, cluster.priority(pod), pod.requests), cluster.nodes["n1"]
+
+
+@SETTINGS
+@given(nodes(), st.sampled_from(("kubernetes", "minimal")), st.booleans())
+def test_bound_and_refine_never_exceed_a_full_evaluation(raw: dict[str, Any], mode: str, job: bool) -> None:
+    cluster, now, pre, state = _drawn(raw)
     # The job flow's rankings summarise only some pods (its victims' kind).
     pods = [p for p in state.pods.values() if not job or p.qos != 0]
     s = summary.build(cluster, state, pods)
@@ -184,13 +187,7 @@ def test_the_node_table_gives_exactly_the_bound_or_hands_the_node_back(
     the bound's exact value or hand the node back. `other_levels` lays the table out
     with levels the node does not have (a column repeats the row below for them).
     """
-    cluster = Cluster()
-    for obj in raw["objects"]:
-        cluster.apply("ADDED", obj)
-    now = raw["now"]
-    pod = cluster.pods["pre-uid"]
-    pre = Preemptor(pod, cluster.priority(pod), pod.requests)
-    state = cluster.nodes["n1"]
+    cluster, now, pre, state = _drawn(raw)
     s = summary.build(cluster, state, list(state.pods.values()))
     table = NodeTable(cluster)
     if other_levels:
