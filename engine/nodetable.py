@@ -168,8 +168,27 @@ class NodeTable:
         i = bisect.bisect_left(self.levels, level)
         return i < len(self.levels) and self.levels[i] == level
 
+    def _clear(self, slot: int) -> None:
+        """A column that holds nothing and is not plain."""
+        for r in self.resources:
+            self.free[r][slot] = 0
+            self.cum[r][:, slot] = 0
+            self.maxby[r][:, slot] = 0
+        self.latest[:, slot] = 0
+        self.count[:, slot] = 0
+        self.lowest[slot] = 0
+        self.tolerant_until[slot] = NO_TOLERANCE
+        self.tolerant_below[slot] = 0
+        self.plain[slot] = False
+
     def _write(self, slot: int, s: Summary) -> None:
         """The node's column from its summary (of kind "all")."""
+        if not s.plain:
+            # Figures beyond int64 room (a 9E cpu node, pods summing past 8Ei): numpy cannot
+            # hold them, and `bounds` hands a node that is not plain back to summary.bound.
+            self._clear(slot)
+            self.versions[slot] = s.version
+            return
         # `_lay`'s one placeholder row while the cluster has no level yet: a node without pods
         # (a summary with levels is laid out first, `usable`) writes "nothing below" into it.
         levels, own = self.levels or [0], s.levels

@@ -48,6 +48,10 @@ def _class(name: str, value: int, seconds: int) -> dict[str, Any]:
     }
 
 
+# Quantities Kubernetes accepts whose millis (or bytes, summed) pass 2^63.
+HUGE = ("9E", "7Ei", "9223372036854775807", "5E")
+
+
 @st.composite
 def _pod(draw: st.DrawFn, name: str, node: str | None) -> dict[str, Any]:
     klass = draw(st.sampled_from((None, None, "hour", "forever")))
@@ -87,8 +91,15 @@ def nodes(draw: st.DrawFn) -> dict[str, Any]:
         alloc["example.com/gpu"] = str(draw(st.integers(1, 3)))
     if draw(st.integers(0, 3)) == 0:
         alloc["pods"] = str(draw(st.integers(1, 6)))
+    if draw(st.integers(0, 5)) == 0:
+        # Valid quantities beyond a machine integer's room once in millis (9E cpu is 9*10^21m):
+        # the table must hand such a node back, never fail on it.
+        alloc[draw(st.sampled_from(("cpu", "memory")))] = draw(st.sampled_from(HUGE))
     objects = [_class("hour", 10, 3600), _class("forever", 10, -1), node]
     objects += [draw(_pod(f"p{i}", "n1")) for i in range(draw(st.integers(1, 9)))]
+    if draw(st.integers(0, 5)) == 0:
+        big = objects[-1]["spec"]["containers"][0]["resources"]["requests"]
+        big[draw(st.sampled_from(("cpu", "memory")))] = draw(st.sampled_from(HUGE))
     for i in range(draw(st.integers(0, 2))):
         nom = gen.pod(
             f"nom{i}",
