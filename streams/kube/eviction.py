@@ -420,6 +420,9 @@ class Actions:
                 pod, failed = None, exc
             refused = await gate.checked()
             if refused is not None:
+                if pod is not None and _marked_by(pod, context.decision_id):
+                    # An earlier delivery of this decision marked it and was cut short.
+                    return await self._withdraw(victim, context, refused)
                 return Outcome("error", 0, f"{refused}: {UNTOUCHED}")
             if failed is not None:
                 return Outcome("error", 0, f"read failed: {_describe(failed)}")
@@ -497,16 +500,19 @@ class Actions:
     ) -> Outcome:
         """DisruptionTarget=True (while the preemptor is nominated), then the delete (once it is)."""
         marked = False
+        # A delivery of this decision cut short after its mark (a lost Lease, a stop, a crash)
+        # left the mark: it is ours to withdraw as much as one this delivery writes.
+        ours = _marked_by(pod, context.decision_id)
         if not _disruption_target(pod):
             self.guard()  # before the ledger says "pending": a non-leader must not leave that mark
             await before_write()
-            message = f"{COMPONENT}: preempting to accommodate a higher priority pod"
-            message += f" (decision {context.decision_id})"
-            await self._condition(victim, status="True", reason=PREEMPTION_REASON, message=message)
-            marked = True
+            await self._condition(
+                victim, status="True", reason=PREEMPTION_REASON, message=_mark_message(context.decision_id)
+            )
+            marked = ours = True
         refused = await gate.nominated()
         if refused is not None:
-            if not marked:
+            if not ours:
                 return Outcome("error", 0, f"{refused}: {UNTOUCHED}")
             return await self._withdraw(victim, context, refused)
         if not marked:
@@ -700,6 +706,23 @@ class Actions:
 
 def _pod_path(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+
+
+def _mark_message(decision_id: str) -> str:
+    """The DisruptionTarget message of this actuator's mark: it names the decision."""
+    return f"{COMPONENT}: preempting to accommodate a higher priority pod (decision {decision_id})"
+
+
+def _marked_by(pod: dict[str, Any], decision_id: str) -> bool:
+    """DisruptionTarget=True with the message this decision's mark carries."""
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(
+        isinstance(c, dict)
+        and c.get("type") == DISRUPTION_TARGET
+        and c.get("status") == "True"
+        and c.get("message") == _mark_message(decision_id)
+        for c in conditions
+    )
 
 
 def _disruption_target(pod: dict[str, Any]) -> bool:

@@ -547,16 +547,9 @@ async def test_a_pod_recreated_between_read_and_write_is_never_touched(
     assert refused_delete.value.status == 409
 
 
-async def test_a_preemptor_bound_while_its_victims_are_marked_keeps_them(
-    kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str
-) -> None:
-    """A victim is marked DisruptionTarget while its preemptor is nominated. kube-scheduler binds
-    the preemptor between the actuator's read of it and its nomination: the nomination's JSON
-    patch tests (uid, no nodeName) make the server refuse it (422), the victim is not deleted and
-    its mark is set back to False, and the outcome says so."""
-    high = kube_cluster.apply(pod("high", ns))
-    target = kube_cluster.apply(pod("t", ns, node_name="n1"))
-    evicted = kube_cluster.apply(pod("e", ns, node_name="n1"))
+def bound_meanwhile(kube_cluster: cluster.TestCluster, ns: str) -> type[eviction.Actions]:
+    """Actions whose nomination finds `high` bound to n2 by kube-scheduler between the actuator's
+    read of it (the victims are read, and may be marked, from then on) and its nomination."""
 
     class BoundMeanwhile(eviction.Actions):
         async def nominate(
@@ -576,8 +569,22 @@ async def test_a_preemptor_bound_while_its_victims_are_marked_keeps_them(
 
             return await super().nominate(member, node, uid=uid, scope=scope, checked=bind_then_go_on)
 
+    return BoundMeanwhile
+
+
+async def test_a_preemptor_bound_while_its_victims_are_marked_keeps_them(
+    kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str
+) -> None:
+    """A victim is marked DisruptionTarget while its preemptor is nominated. kube-scheduler binds
+    the preemptor between the actuator's read of it and its nomination: the nomination's JSON
+    patch tests (uid, no nodeName) make the server refuse it (422), the victim is not deleted and
+    its mark is set back to False, and the outcome says so."""
+    high = kube_cluster.apply(pod("high", ns))
+    target = kube_cluster.apply(pod("t", ns, node_name="n1"))
+    evicted = kube_cluster.apply(pod("e", ns, node_name="n1"))
+
     sink = MemorySink()
-    actions = BoundMeanwhile(as_actuator, identity="actuator-test", retry=FAST)
+    actions = bound_meanwhile(kube_cluster, ns)(as_actuator, identity="actuator-test", retry=FAST)
     act = Actuator(actions, sink, Ledger(), hmac_key=KEY)
     record = decision(high, [victim(target, "delete"), victim(evicted, "evict")], f"default/b/{ns}")
     await act.handle(record, key=None, origin=ORIGIN)
@@ -605,6 +612,46 @@ async def test_a_preemptor_bound_while_its_victims_are_marked_keeps_them(
         ("t", "status", "patch", 200),
     ]
     assert outcome_nomination(sink) == "bound"
+
+
+@pytest.mark.parametrize("bound", ["before", "meanwhile"])
+async def test_a_redelivered_decision_withdraws_the_mark_an_earlier_delivery_left(
+    kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str, bound: str
+) -> None:
+    """A delivery cut short after marking its victim (a lost Lease, the stop's cancel, a crash)
+    leaves DisruptionTarget=True behind. Redelivered once the preemptor is bound elsewhere, the
+    decision's mark is still its own to withdraw: set back to False, the pod kept. A mark with
+    another message (kube-scheduler's, another decision's) is not ours and stays."""
+    decision_id = f"default/b/{ns}"
+    # Bound before the redelivery reads it, or between that read and its nomination.
+    high = kube_cluster.apply(pod("high", ns, node_name="n2" if bound == "before" else None))
+
+    def marked(name: str, message: str) -> dict[str, Any]:
+        obj = pod(name, ns, node_name="n1")
+        obj["status"] = {"conditions": [{
+            "type": "DisruptionTarget", "status": "True", "reason": eviction.PREEMPTION_REASON,
+            "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }]}  # fmt: skip
+        return kube_cluster.apply(obj)
+
+    ours = marked("ours", eviction._mark_message(decision_id))
+    theirs = marked("theirs", eviction._mark_message("default/a/other"))
+    if bound == "before":
+        act, sink = make_actuator(as_actuator)
+    else:
+        sink = MemorySink()
+        actions = bound_meanwhile(kube_cluster, ns)(as_actuator, identity="actuator-test", retry=FAST)
+        act = Actuator(actions, sink, Ledger(), hmac_key=KEY)
+    record = decision(high, [victim(ours, "delete"), victim(theirs, "delete")], decision_id)
+    await act.handle(record, key=None, origin=ORIGIN)
+    found = results(sink)
+    assert found["ours"]["message"].endswith("not deleted, DisruptionTarget withdrawn")
+    assert found["theirs"]["message"].endswith(eviction.UNTOUCHED)
+    for name, status in (("ours", "False"), ("theirs", "True")):
+        kept = get_pod(kube_cluster, ns, name)
+        assert kept is not None and not kept["metadata"].get("deletionTimestamp")
+        (mark,) = [c for c in kept["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+        assert mark["status"] == status, name
 
 
 async def test_dry_run_writes_nothing(
