@@ -601,8 +601,10 @@ def _nothing() -> None:
     return None
 
 
-async def _until_stopped(work: Any, stopping: asyncio.Event) -> None:
-    """Await `work`; once `stopping` is set, give it STOP_TIMEOUT_S more to end, then cancel it."""
+async def _until_stopped(work: Any, stopping: asyncio.Event) -> bool:
+    """Await `work`; once `stopping` is set, give it STOP_TIMEOUT_S more to end, then cancel it.
+    True when it was cancelled: writes it had in flight may still land (a request the server
+    holds until its deadline, an outcome record in the producer's batch)."""
     working = asyncio.ensure_future(work)
     asked = asyncio.ensure_future(stopping.wait())
     try:
@@ -617,8 +619,9 @@ async def _until_stopped(work: Any, stopping: asyncio.Event) -> None:
             )
             working.cancel()
             await asyncio.gather(working, return_exceptions=True)
-            return
+            return True
         await working  # its result, or its exception
+        return False
     finally:
         asked.cancel()
         working.cancel()  # a no-op once it is done; else this coroutine itself was cancelled
@@ -835,10 +838,16 @@ async def _run(
     stopping = asyncio.Event()
     component.stop_on_signals(stopping.set)
     electing = asyncio.create_task(elector.run()) if elector else None
+    cut_short = True  # unless the loop ends by itself: an exception may leave writes in flight
     try:
-        await _until_stopped(actuator.consume(kafka, group_id=group_id, stopping=stopping), stopping)
+        consuming = actuator.consume(kafka, group_id=group_id, stopping=stopping)
+        cut_short = await _until_stopped(consuming, stopping)
     finally:
-        if electing is not None:
+        if electing is not None and elector is not None:
+            # Writes cut short may still land: the Lease is left to expire (its duration, past
+            # the server's write deadline), not handed over at once to a successor that would
+            # read the outcomes back before they are there and act on the same victims again.
+            elector.release_on_exit = not cut_short
             electing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await electing

@@ -133,6 +133,9 @@ class LeaseElector:
         self.identity = identity
         self.component = component
         self._duration_s = lease_duration_s
+        # False: leaving (`run` cancelled) lets the Lease expire instead of releasing it, for a
+        # holder whose writes may still land (the actuator cut short at its stop).
+        self.release_on_exit = True
         self._deadline_s = renew_deadline_s
         self._retry_s = retry_period_s
         self._monotonic = monotonic
@@ -223,7 +226,10 @@ class LeaseElector:
             self._ended = f"Lease loop ended: {_describe(exc)}"
             raise
         finally:
-            await asyncio.shield(self.release())
+            if self.release_on_exit:
+                await asyncio.shield(self.release())
+            else:
+                self._lost_quietly()
 
     async def try_acquire_or_renew(self) -> bool:
         """One round: True when this process holds the Lease afterwards."""

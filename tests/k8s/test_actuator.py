@@ -746,8 +746,16 @@ async def test_a_stop_is_never_held_up_by_the_consume_loop(monkeypatch: pytest.M
     await asyncio.sleep(0)
     assert not running.done()  # nothing ends it before the stop
     stopping.set()
-    await asyncio.wait_for(running, STEP_TIMEOUT_S)
+    # Cut short: its writes may still land, so the caller leaves the Lease to expire.
+    assert await asyncio.wait_for(running, STEP_TIMEOUT_S) is True
     assert cancelled.is_set()
+
+    async def ending() -> None:
+        await asyncio.sleep(0)
+
+    asked = asyncio.Event()
+    asked.set()
+    assert await actuator._until_stopped(ending(), asked) is False  # ended in time: released
 
     async def failing() -> None:
         raise lease.NotLeader("lost")

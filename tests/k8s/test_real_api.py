@@ -705,6 +705,28 @@ async def test_lease_times_are_micro_time(
     await a.release()
 
 
+@pytest.mark.parametrize("release", [True, False])
+async def test_a_holder_leaving_releases_its_lease_or_leaves_it_to_expire(
+    kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, release: bool
+) -> None:
+    """Cancelled, the election loop hands the Lease over at once; an actuator whose stop cut
+    writes short (`release_on_exit = False`) leaves it to expire, so no successor acts before
+    those writes are past the server's deadline."""
+    name = "preemptctl-actuator"  # the one Lease the actuator's RBAC may touch
+    a = elector(as_actuator, name, "leaving")
+    a.release_on_exit = release
+    running = asyncio.create_task(a.run())
+    await asyncio.wait_for(a.wait_leader(), STEP_TIMEOUT_S)
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{cluster.NAMESPACE}/leases/{name}"
+    assert kube_cluster.request("GET", path)["spec"]["holderIdentity"] == ("" if release else "leaving")
+    assert not a.is_leader()
+    await a.release()  # for the tests after this one, which would wait out its duration
+    assert kube_cluster.request("GET", path)["spec"]["holderIdentity"] == ""
+
+
 @asynccontextmanager
 async def proxied(
     kube_cluster: cluster.TestCluster, identity: str
