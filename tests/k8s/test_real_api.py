@@ -953,7 +953,9 @@ async def test_the_api_server_gives_a_write_up_at_its_deadline(
                 assert webhook.arrived.is_set(), f"{case}: not held ({sending})"
                 await asyncio.sleep(PROBE_HOLD_S)  # the held write's deadline passes meanwhile
                 webhook.release()  # ... and the webhook allows it
-                with contextlib.suppress(urllib.error.HTTPError):
+                # A 504 (an HTTPError), or on a loaded server a connection closed without an
+                # answer: what the server did is read from its audit log below either way.
+                with contextlib.suppress(urllib.error.HTTPError, ConnectionError):
                     await sending
         finally:
             kube_cluster.request("DELETE", f"{WEBHOOKS}/hold-all-{ns}")
