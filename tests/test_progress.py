@@ -223,6 +223,17 @@ def test_a_store_that_cannot_be_written_stops_the_process(
 # ---- 3: a revoked worker continues in memory only when nobody published since --------------------
 
 
+def _paused_pair(
+    tmp_path: Path,
+) -> tuple[list[tuple[bytes | None, bytes]], int, MemoryBroker, Pipeline, Pipeline, list[float]]:
+    """A log in two halves, and workers A and B at least once on one broker, with A's clock."""
+    recs = batches(_log(20), per_record=5)
+    broker = MemoryBroker()
+    a = Pipeline(tmp_path / "a", broker=broker, transactional=False)
+    b = Pipeline(tmp_path / "b", broker=broker, transactional=False)
+    return recs, len(recs) // 2, broker, a, b, [0.0]
+
+
 async def _opened(parts: Partitions) -> None:
     while parts.opening:
         await asyncio.gather(*parts.opening.values())
@@ -614,12 +625,7 @@ def test_a_process_that_did_not_run_for_a_session_timeout_folds_nothing_before_i
     tmp_path: Path,
 ) -> None:
     """At least once has no fencing: resumed, A's consumer still hands it records B has folded."""
-    recs = batches(_log(20), per_record=5)
-    half = len(recs) // 2
-    broker = MemoryBroker()
-    a = Pipeline(tmp_path / "a", broker=broker, transactional=False)
-    b = Pipeline(tmp_path / "b", broker=broker, transactional=False)
-    now = [0.0]
+    recs, half, broker, a, b, now = _paused_pair(tmp_path)
 
     async def scenario() -> None:
         pa = Partitions(a.setup, on_fatal=a.fatal.append, session_timeout_s=6.0, clock=lambda: now[0])
@@ -712,12 +718,7 @@ def test_an_assignment_during_a_revoke_waits_for_it(tmp_path: Path, monkeypatch:
 def test_a_revoke_right_after_a_pause_keeps_nothing_in_memory(tmp_path: Path) -> None:
     """The rebalance may reach a resumed worker before any record does: its revoke would read
     output ends that already hold the other worker's records, and take them for its own."""
-    recs = batches(_log(20), per_record=5)
-    half = len(recs) // 2
-    broker = MemoryBroker()
-    a = Pipeline(tmp_path / "a", broker=broker, transactional=False)
-    b = Pipeline(tmp_path / "b", broker=broker, transactional=False)
-    now = [0.0]
+    recs, half, broker, a, b, now = _paused_pair(tmp_path)
 
     async def scenario() -> None:
         pa = Partitions(a.setup, on_fatal=a.fatal.append, session_timeout_s=6.0, clock=lambda: now[0])
