@@ -225,7 +225,7 @@ def test_a_store_that_cannot_be_written_stops_the_process(
 
 def _paused_pair(
     tmp_path: Path,
-) -> tuple[list[tuple[bytes | None, bytes]], int, MemoryBroker, Pipeline, Pipeline, list[float]]:
+) -> tuple[list[tuple[bytes, bytes]], int, MemoryBroker, Pipeline, Pipeline, list[float]]:
     """A log in two halves, and workers A and B at least once on one broker, with A's clock."""
     recs = batches(_log(20), per_record=5)
     broker = MemoryBroker()
