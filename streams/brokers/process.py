@@ -47,12 +47,24 @@ _PROBE_CORRELATION_ID = 0x5052_4545  # arbitrary; checked to reject a stray answ
 _PROBE_CLIENT_ID = b"preemptctl-probe"
 
 
+# Ports this process has handed out. The kernel may give a port that was just picked
+# and closed to the next bind(0) again, so two picks in a row (a broker's client and
+# controller listeners) could name one port: a broker refuses that config outright.
+_HANDED_OUT: set[int] = set()
+_PICK_TRIES = 64
+
+
 def free_loopback_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (see START_ATTEMPTS)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that was free a moment ago (see START_ATTEMPTS), and
+    never returned before by this process."""
+    for _ in range(_PICK_TRIES):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise OSError(f"no fresh loopback port in {_PICK_TRIES} tries ({len(_HANDED_OUT)} handed out)")
 
 
 def probe_metadata(

@@ -239,6 +239,34 @@ def test_port_taken_names_the_cause(tmp_path: Path) -> None:
     assert "\n" not in str(error.value)
 
 
+def test_a_port_is_handed_out_once_even_when_the_kernel_offers_it_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kernel may offer a just-closed port to the next bind(0): a secured Kafka then
+    got one port for two listeners and refused to format (seen in CI)."""
+    offered = iter([41001, 41001, 41002, 41001, 41003])
+
+    class Kernel:
+        def __init__(self, *_: object) -> None:
+            self.port = 0
+
+        def __enter__(self) -> Kernel:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            pass
+
+        def bind(self, _: tuple[str, int]) -> None:
+            self.port = next(offered)
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(process, "_HANDED_OUT", set(), raising=False)
+    monkeypatch.setattr(process.socket, "socket", Kernel)
+    assert [process.free_loopback_port() for _ in range(3)] == [41001, 41002, 41003]
+
+
 async def test_unreachable_broker_is_one_clear_line() -> None:
     unused_port = process.free_loopback_port()
     unreachable = connection.KafkaConfig(bootstrap=f"127.0.0.1:{unused_port}", bootstrap_timeout_s=2)

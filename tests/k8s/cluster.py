@@ -28,7 +28,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -41,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from streams.brokers.process import free_loopback_port
 
 KUBE_VERSION = "1.34.2"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "preemptctl" / "kube"
@@ -78,12 +79,6 @@ AUDIT_POLICY = {
 
 class Unavailable(Exception):
     """A prerequisite is missing: the message says which and how to get it."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tool(name: str) -> Path:
@@ -162,7 +157,7 @@ class TestCluster:
         subprocess.run([openssl, "ec", "-in", key, "-pubout", "-out", pub], check=True, capture_output=True)
         (self.root / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
 
-        client_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
+        client_port, peer_port, api_port = free_loopback_port(), free_loopback_port(), free_loopback_port()
         self.etcd_url = f"http://127.0.0.1:{client_port}"
         peer = f"http://127.0.0.1:{peer_port}"
         self._spawn(

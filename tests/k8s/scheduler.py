@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from streams.brokers.process import free_loopback_port
 from tests.k8s import cluster as cluster_mod
 
 PLUGINS_VERSION = "0.34.7"
@@ -107,7 +108,7 @@ class KubeScheduler:
                 }
             )
         )
-        self.port = cluster_mod._free_port()
+        self.port = free_loopback_port()
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child writes it until stopped
         self._process = subprocess.Popen(
             [
