@@ -99,9 +99,10 @@ async def produce(bootstrap: str, topic: str, messages: list[tuple[bytes | None,
         await producer.stop()
 
 
-def preemptctl(*args: str, log: Path) -> subprocess.Popen[bytes]:
+def preemptctl(*args: str, log: Path, cwd: Path | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-c", MAIN, *args],
+        cwd=cwd,
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -138,8 +139,12 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         asyncio.run(
             produce(first.bootstrap, records.CLUSTER_EVENTS, [(b"default", NOT_JSON), (b"poison", BAD_BATCH)])
         )
-        run = preemptctl("run", "--broker", first.url, "--until-idle", log=tmp / "run.log")
+        cwd = tmp / "run-cwd"
+        cwd.mkdir()
+        run = preemptctl("run", "--broker", first.url, "--until-idle", log=tmp / "run.log", cwd=cwd)
         assert run.wait(RUN_TIMEOUT_S) == 0, (tmp / "run.log").read_text()[-3000:]
+        # Its store and faust's data live in a temporary directory: nothing is left where it ran.
+        assert list(cwd.iterdir()) == []
         read_back = {
             t: asyncio.run(read(first.bootstrap, t))
             for t in (records.CLUSTER_EVENTS, records.DECISIONS, records.EVICTIONS, records.DEAD_LETTER)
