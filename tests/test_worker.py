@@ -427,6 +427,28 @@ def test_a_dead_letter_with_its_headers_fits_the_record_limit(key: bytes, value_
         assert headers["ce_source"] == b"/preemptctl" and "ce_partitionkey" not in headers
 
 
+def test_the_worker_names_its_signing_key_on_every_decision(tmp_path: Path) -> None:
+    """The key id set up for the worker (--hmac-key-id) reaches the header of every decision it
+    publishes, and each verifies against that key alone, as an actuator holding several keys
+    checks it; outbox.decision taking a key id proves nothing if the worker never passes it."""
+    import dataclasses
+
+    from streams.common import signing
+    from streams.kube import actuator
+
+    key = b"worker-signing-key"
+    p = Pipeline(tmp_path)
+    p.setup = dataclasses.replace(p.setup, key=key, key_id="k1")
+    p.produce(batches(_log(), per_record=7))
+    asyncio.run(p.feed())
+    sent = p.broker.messages(records.DECISIONS, 0)
+    assert sent
+    keyring = signing.Keyring({"k0": b"another-key", "k1": key})
+    for m in sent:
+        assert (signing.KEY_ID_HEADER, b"k1") in tuple(m.headers)
+        actuator.verify(m.value, keys=keyring, key_id="k1")
+
+
 def test_the_session_timeout_reaches_the_consumer_group(tmp_path: Path) -> None:
     from streams.pipeline import app
 
