@@ -22,7 +22,7 @@ from engine.config import Config
 from schemas.records import DecisionRecord
 from streams.pipeline import controller as controller_mod
 from streams.pipeline.controller import Controller, backoff
-from tests import gen
+from tests import flowgen, gen
 
 BASE_SECONDS = 1_767_225_600  # 2026-01-01T00:00:00Z
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -274,6 +274,33 @@ def test_a_toleration_window_closing_wakes_the_preemptor() -> None:
     for second in range(100, 3600, 100):
         assert log.event(second, "TICK") == []
     assert outcomes(log.event(3601, "TICK")) == [("p", "preempt", "n1")]
+
+
+def test_a_priority_class_changed_wakes_the_preemptor() -> None:
+    """The class of the only possible victim stops tolerating preemption: the preemptor, refused
+    by the toleration an hour long, is decided again at once and preempts."""
+    log = Log()
+    log.event(0, "ADDED", gen.tolerant_class())  # 3600 s for preemptors below 1000
+    log.event(0, "ADDED", gen.node("n1", 2, 8, 110))
+    scheduled = bound("low", "n1", priority_class="tolerant", start=ts(0))
+    del scheduled["spec"]["priority"]
+    log.event(0, "ADDED", scheduled)
+    assert outcomes(log.event(1, "ADDED", pending("p", priority=500))) == [("p", "unschedulable", None)]
+    assert log.event(20, "TICK") == []
+    intolerant = gen.tolerant_class()
+    del intolerant["metadata"]["annotations"]
+    assert outcomes(log.event(30, "MODIFIED", intolerant)) == [("p", "preempt", "n1")]
+
+
+def test_a_quota_changed_wakes_the_preemptor_and_its_resync_does_not() -> None:
+    log = _unschedulable_world()
+    quota = flowgen.quota("team", "default", min_cpu=2, max_cpu=4)
+    log.event(2, "ADDED", quota)
+    attempts = log.ctl.retry["p-uid"].attempts
+    log.event(20, "MODIFIED", quota)  # a relist: only its resourceVersion moved
+    assert log.ctl.retry["p-uid"].attempts == attempts
+    log.event(30, "MODIFIED", flowgen.quota("team", "default", min_cpu=2, max_cpu=8))
+    assert log.ctl.retry["p-uid"].attempts == attempts + 1
 
 
 def test_wait_answers_are_retried_on_log_time() -> None:
