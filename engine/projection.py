@@ -190,3 +190,10 @@ def paths(kind: str) -> list[str]:
             for p in kept
         ]
     return kept
+
+
+def reads_pod_annotation(key: str) -> bool:
+    """Is this Pod annotation one the engine reads (kept by the projection)?"""
+    kept = FIELDS["Pod"]["metadata"]["annotations"]
+    assert isinstance(kept, _Keys)
+    return key in kept.keys or key.startswith(kept.prefixes)

@@ -248,6 +248,18 @@ def test_a_heartbeat_wakes_nobody() -> None:
     assert log.ctl.gen == gen_before and len(log.decisions) == 1
 
 
+def test_an_annotation_the_engine_does_not_read_wakes_nobody() -> None:
+    """A bound pod's last-applied-configuration (which embeds its resourceVersion) changing is no
+    change to any answer: waking on it made a whole object's log decide otherwise than its
+    projection's (found by test_the_worker_folds_projections_to_the_same_decisions)."""
+    log = _unschedulable_world()
+    big = bound("big", "n1", priority=5000)
+    big["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{}"}
+    gen_before = log.ctl.gen
+    log.event(5, "MODIFIED", big)
+    assert log.ctl.gen == gen_before and len(log.decisions) == 1
+
+
 def test_a_pdb_loosened_wakes_the_preemptor() -> None:
     log = Log()
     log.event(0, "ADDED", gen.node("n1", 2, 8, 110))

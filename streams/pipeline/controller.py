@@ -53,7 +53,7 @@ from typing import Any
 
 import orjson
 
-from engine import ENGINE_VERSION, flows, objects, timeutil, toleration
+from engine import ENGINE_VERSION, flows, objects, projection, timeutil, toleration
 from engine import cluster as cluster_mod
 from engine.cluster import Cluster
 from engine.config import Config
@@ -145,7 +145,15 @@ def _may_change_answers(before: Record | None, after: Record | None) -> bool:
         return False  # bound: it takes capacity it had not taken
     if before.node is None and after.node is None and before.nominated is None and after.nominated is None:
         return False  # a pending pod claims nothing: its own changes are its own business
-    return dataclasses.replace(before, resource_version=after.resource_version) != after
+    # Only what the engine reads: an annotation it does not read (last-applied-configuration,
+    # which even embeds the resourceVersion) must not wake anyone, or a whole object and its
+    # projection (the source's, engine.projection) would be decided differently.
+    return _engine_view(before, after.resource_version) != _engine_view(after, after.resource_version)
+
+
+def _engine_view(pod: Pod, resource_version: str) -> Pod:
+    read = {k: v for k, v in pod.annotations.items() if projection.reads_pod_annotation(k)}
+    return dataclasses.replace(pod, resource_version=resource_version, annotations=read)
 
 
 class BadEvent(ValueError):
