@@ -275,7 +275,8 @@ def test_a_pdb_loosened_wakes_the_preemptor() -> None:
     assert log.ctl.retry["p-uid"].attempts == attempts + 1
 
 
-def test_a_toleration_window_closing_wakes_the_preemptor() -> None:
+def _tolerated_world() -> Log:
+    """The only possible victim's class tolerates preemptors below 1000 for 3600 s; p (500) waits."""
     log = Log()
     log.event(0, "ADDED", gen.tolerant_class())  # 3600 s for preemptors below 1000
     log.event(0, "ADDED", gen.node("n1", 2, 8, 110))
@@ -283,6 +284,11 @@ def test_a_toleration_window_closing_wakes_the_preemptor() -> None:
     del scheduled["spec"]["priority"]
     log.event(0, "ADDED", scheduled)
     assert outcomes(log.event(1, "ADDED", pending("p", priority=500))) == [("p", "unschedulable", None)]
+    return log
+
+
+def test_a_toleration_window_closing_wakes_the_preemptor() -> None:
+    log = _tolerated_world()
     for second in range(100, 3600, 100):
         assert log.event(second, "TICK") == []
     assert outcomes(log.event(3601, "TICK")) == [("p", "preempt", "n1")]
@@ -291,13 +297,7 @@ def test_a_toleration_window_closing_wakes_the_preemptor() -> None:
 def test_a_priority_class_changed_wakes_the_preemptor() -> None:
     """The class of the only possible victim stops tolerating preemption: the preemptor, refused
     by the toleration an hour long, is decided again at once and preempts."""
-    log = Log()
-    log.event(0, "ADDED", gen.tolerant_class())  # 3600 s for preemptors below 1000
-    log.event(0, "ADDED", gen.node("n1", 2, 8, 110))
-    scheduled = bound("low", "n1", priority_class="tolerant", start=ts(0))
-    del scheduled["spec"]["priority"]
-    log.event(0, "ADDED", scheduled)
-    assert outcomes(log.event(1, "ADDED", pending("p", priority=500))) == [("p", "unschedulable", None)]
+    log = _tolerated_world()
     assert log.event(20, "TICK") == []
     intolerant = gen.tolerant_class()
     del intolerant["metadata"]["annotations"]

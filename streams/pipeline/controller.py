@@ -148,12 +148,15 @@ def _may_change_answers(before: Record | None, after: Record | None) -> bool:
     # Only what the engine reads: an annotation it does not read (last-applied-configuration,
     # which even embeds the resourceVersion) must not wake anyone, or a whole object and its
     # projection (the source's, engine.projection) would be decided differently.
-    return _engine_view(before, after.resource_version) != _engine_view(after, after.resource_version)
+    rest = dataclasses.replace(before, resource_version=after.resource_version, annotations=after.annotations)
+    if rest != after:
+        return True
+    return before.annotations != after.annotations and _read(before) != _read(after)
 
 
-def _engine_view(pod: Pod, resource_version: str) -> Pod:
-    read = {k: v for k, v in pod.annotations.items() if projection.reads_pod_annotation(k)}
-    return dataclasses.replace(pod, resource_version=resource_version, annotations=read)
+def _read(pod: Pod) -> dict[str, str]:
+    """The pod's annotations the engine reads."""
+    return {k: v for k, v in pod.annotations.items() if projection.reads_pod_annotation(k)}
 
 
 class BadEvent(ValueError):
