@@ -17,7 +17,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import timeutil
+from engine import timeutil, toleration
 from engine.config import Config
 from schemas.records import DecisionRecord
 from streams.pipeline import controller as controller_mod
@@ -294,6 +294,24 @@ def test_a_toleration_window_closing_wakes_the_preemptor() -> None:
     assert outcomes(log.event(3601, "TICK")) == [("p", "preempt", "n1")]
 
 
+def test_a_window_ending_on_a_tick_wakes_the_preemptor_on_the_next_one() -> None:
+    """Issue 28, 5: ticks every whole second, one exactly on the window's end. The victim still
+    tolerates at that instant (the boundary is inclusive), so the wake-up belongs to the first
+    tick after it: waking at the end decided the same answer and spent the wake-up, and only
+    kube-scheduler's 300 s flush decided again."""
+    log = Log()
+    log.event(0, "ADDED", gen.tolerant_class())  # 3600 s for preemptors below 1000
+    log.event(0, "ADDED", gen.node("n1", 2, 8, 110))
+    scheduled = bound("low", "n1", priority_class="tolerant", start=ts(0))
+    del scheduled["spec"]["priority"]
+    log.event(0, "ADDED", scheduled)
+    # Decided first at 7 s: its flushes fall at 307, 607, ... 3607 s, none on 3601.
+    assert outcomes(log.event(7, "ADDED", pending("p", priority=500))) == [("p", "unschedulable", None)]
+    for second in range(8, 3601):  # 3600 included: the last protected instant
+        assert log.event(second, "TICK") == []
+    assert outcomes(log.event(3601, "TICK")) == [("p", "preempt", "n1")]
+
+
 def test_a_priority_class_changed_wakes_the_preemptor() -> None:
     """The class of the only possible victim stops tolerating preemption: the preemptor, refused
     by the toleration an hour long, is decided again at once and preempts."""
@@ -339,7 +357,32 @@ def test_a_preemptor_that_leaves_pending_leaves_the_queue() -> None:
 
 
 class NaiveQueue(Controller):
-    """The rule of `_retry_due` without its caches: every queued pod looked at on every call."""
+    """The rule of `_retry_due` without its caches: every queued pod looked at on every call;
+    and a toleration window closed between two TICKs when a victim tolerated at the first and
+    no longer at the second, asked of `toleration.tolerates` itself (no window arithmetic)."""
+
+    def _tolerations_closed(self, now: int) -> None:
+        since, self.toleration_checked = self.toleration_checked, now
+        if not self.retry:
+            return
+        for pod in self.cluster.pods.values():
+            policy = self.cluster.policy(pod.priority_class) if pod.priority_class else None
+            if pod.node is None or policy is None:
+                continue
+            below = policy.minimum_preemptable_priority - 1  # a preemptor the class tolerates
+            before, after = (
+                toleration.tolerates(
+                    policy,
+                    victim_priority=below - 1,
+                    preemptor_priority=below,
+                    scheduled_at=pod.scheduled_at,
+                    now=at,
+                )
+                for at in (since, now)
+            )
+            if before and not after:
+                self.gen += 1
+                return
 
     def _retry_due(self, seq: int, now: int) -> list[DecisionRecord]:
         ready = []
@@ -364,18 +407,31 @@ class NaiveQueue(Controller):
 
 @st.composite
 def busy_logs(draw: st.DrawFn) -> list[dict[str, Any]]:
-    """Preemptors, victims coming and going, nodes changing, outcomes, ticks and resyncs."""
+    """Preemptors, victims coming and going, nodes changing, outcomes, ticks and resyncs; with
+    a toleration policy, tolerant victims too, and ticks exactly on their windows' ends."""
     events: list[dict[str, Any]] = []
     at = 0.0
     rv = 0
+    window = draw(st.sampled_from((0, 1, 3, 10)))  # toleration-seconds; 0: no policy at all
+    ends: list[float] = []  # the tolerant victims' windows' last protected instants
+    choices = ("pending", "pending", "bound", "delete", "node", "pdb", "tick", "tick", "outcome", "resync")
+    if window:
+        choices += ("tolerant", "window-end", "window-end")
+        policy = gen.tolerant_class()  # tolerates preemptors below 1000: p* of priority 100
+        annotations = policy["metadata"]["annotations"]
+        annotations["preemption-toleration.scheduling.x-k8s.io/toleration-seconds"] = str(window)
+        rv += 1
+        policy["metadata"]["resourceVersion"] = str(rv)
+        events.append({"ts": ts(at), "type": "ADDED", "object": policy})
     decided_ids = [f"c/{n}/p{i}-uid" for n in range(0, 40) for i in range(3)]
     for _ in range(draw(st.integers(5, 60))):
         at += draw(st.sampled_from((0, 0.3, 1, 2, 7, 400)))
-        choice = draw(
-            st.sampled_from(
-                ("pending", "pending", "bound", "delete", "node", "pdb", "tick", "tick", "outcome", "resync")
-            )
-        )
+        choice = draw(st.sampled_from(choices))
+        if choice == "window-end":
+            later = sorted(e for e in ends if e >= at)
+            if later:
+                at = draw(st.sampled_from(later))
+            choice = "tick"
         event: dict[str, Any] = {"ts": ts(at)}
         if choice == "tick":
             events.append({**event, "type": "TICK"})
@@ -414,6 +470,11 @@ def busy_logs(draw: st.DrawFn) -> list[dict[str, Any]]:
                 priority=draw(st.sampled_from((0, 50))),
             )
             kind = "ADDED"
+        elif choice == "tolerant":
+            obj = bound(f"t{draw(st.integers(0, 1))}", "n1", priority_class="tolerant", start=ts(at))
+            del obj["spec"]["priority"]  # the class's value, 10
+            ends.append(at + window)
+            kind = "ADDED"
         elif choice == "delete":
             obj = bound(f"v{draw(st.integers(0, 2))}", "n1")
             kind = "DELETED"
@@ -434,6 +495,50 @@ def busy_logs(draw: st.DrawFn) -> list[dict[str, Any]]:
     return events
 
 
+@st.composite
+def boundary_logs(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """One full node whose pods' class tolerates preemptors below 1000 for a few seconds, pending
+    preemptors it tolerates (100) or not (1000), and ticks on whole and half seconds, many
+    exactly on a window's end (its last protected instant): the wake-up's boundary."""
+    window = draw(st.sampled_from((1, 2, 5)))
+    policy = gen.tolerant_class()
+    annotations = policy["metadata"]["annotations"]
+    annotations["preemption-toleration.scheduling.x-k8s.io/toleration-seconds"] = str(window)
+    objects = [policy, gen.node("n1", 2, 8, 110)]
+    events = [{"ts": ts(0), "type": "ADDED", "object": o} for o in objects]
+    at = 0.0
+    ends: list[float] = []
+    for _ in range(draw(st.integers(3, 40))):
+        at += draw(st.sampled_from((0, 0.5, 1, 1, 2)))
+        choice = draw(st.sampled_from(("tolerant", "pending", "delete", "tick", "tick", "end", "end")))
+        if choice == "end":
+            later = sorted(e for e in ends if e >= at)
+            if later:
+                at = draw(st.sampled_from(later))
+            choice = "tick"
+        if choice == "tick":
+            events.append({"ts": ts(at), "type": "TICK"})
+            continue
+        name = f"t{draw(st.integers(0, 1))}"
+        if choice == "tolerant":
+            obj = bound(
+                name, "n1", cpu_m=draw(st.sampled_from((1000, 2000))), priority_class="tolerant", start=ts(at)
+            )
+            del obj["spec"]["priority"]  # the class's value, 10
+            ends.append(at + window)
+            kind = "ADDED"
+        elif choice == "delete":
+            obj, kind = bound(name, "n1"), "DELETED"
+        else:
+            obj = pending(f"p{draw(st.integers(0, 1))}", priority=draw(st.sampled_from((100, 100, 1000))))
+            kind = "ADDED"
+        events.append({"ts": ts(at), "type": kind, "object": obj})
+    for rv, e in enumerate(events, 1):
+        if "object" in e:
+            e["object"]["metadata"]["resourceVersion"] = str(rv)
+    return events
+
+
 def _fold(ctl: Controller, events: list[dict[str, Any]]) -> list[DecisionRecord]:
     out: list[DecisionRecord] = []
     for e in events:
@@ -448,7 +553,14 @@ def test_the_queue_decides_as_the_naive_rule(events: list[dict[str, Any]]) -> No
 
 
 @SETTINGS
-@given(busy_logs(), st.integers(0, 60))
+@given(boundary_logs())
+def test_toleration_windows_wake_as_the_naive_rule_on_their_boundaries(events: list[dict[str, Any]]) -> None:
+    """Issue 28, 5: ticks exactly on a window's end (still protected) and just after it."""
+    assert _fold(Controller("c", Config()), events) == _fold(NaiveQueue("c", Config()), events)
+
+
+@SETTINGS
+@given(st.one_of(busy_logs(), boundary_logs()), st.integers(0, 60))
 def test_a_restored_controller_decides_the_same(events: list[dict[str, Any]], cut: int) -> None:
     whole = Controller("c", Config())
     want = _fold(whole, events)

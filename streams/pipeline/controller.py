@@ -484,7 +484,12 @@ class Controller:
             self._set(self.retry, uid, dataclasses.replace(entry, gen=self.gen - 1))
 
     def _tolerations_closed(self, now: int) -> None:
-        """A toleration window that closed since the last TICK can let a waiting preemptor preempt."""
+        """A toleration window that closed since the last TICK can let a waiting preemptor preempt.
+
+        A window's end `until` is its last protected instant (the boundary is inclusive,
+        `toleration.tolerates`), so it has closed at `now` when `until < now`; a TICK exactly
+        at `until` would decide the same answer and spend the wake-up.
+        """
         since, self.toleration_checked = self.toleration_checked, now
         if not self.retry or not any(
             (p := self.cluster.policy(name)) is not None and p.toleration_seconds > 0
@@ -497,7 +502,7 @@ class Controller:
             until = toleration.expires_at(
                 self.cluster.policy(pod.priority_class), scheduled_at=pod.scheduled_at
             )
-            if until is not None and since < until <= now:
+            if until is not None and since <= until < now:
                 self.gen += 1
                 return
 
