@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
-from schemas import VERSION, chain, cloudevent, records
+from schemas import VERSION, chain, cloudevent, records, validate
 from schemas.records import (
     CLUSTER_EVENTS,
     DEAD_LETTER,
@@ -69,6 +70,8 @@ from streams.kube.preemptor_events import PreemptorEvents
 log = logging.getLogger(__name__)
 
 ACTIONS = ("delete", "evict", "label")
+# Every decision record is checked against this file (schemas/) before anything else.
+DECISIONS_SCHEMA = "decisions.schema.json"
 # How long one poll waits for decisions before checking the Lease and the stop flag.
 POLL_TIMEOUT_MS = 500
 # Victims of one decision acted on at once: a decision's evictions are independent, so
@@ -110,6 +113,13 @@ READ_BACK_POLL_MS = 200
 # missed there would be written a second time.
 READ_BACK_TAIL_MS = 300
 
+# Namespaces whose pods are never victims, whatever a decision says (--protected-namespaces):
+# kube-system holds what the cluster itself runs on (DNS, the network, kube-proxy).
+DEFAULT_PROTECTED_NAMESPACES = ("kube-system",)
+# Victims one decision may name (--max-victims): a decision naming more is refused whole. A
+# real decision names the few pods that make room on one node (a gang's, on a few nodes).
+DEFAULT_MAX_VICTIMS = 100
+
 # What the actuator does with the API, for the chart's RBAC (a test keeps them equal).
 REQUIRED_RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "pods", ("get", "delete", "patch")),
@@ -142,6 +152,11 @@ REFUSED = Counter(
     "Preempt decisions refused before any victim was touched, by reason.",
     ["reason"],
 )
+FAILED = Counter(
+    "preemptctl_actuator_failed_records_total",
+    "Decision records whose handling raised (a bug, or an unforeseen record), dead-lettered, by error class.",
+    ["error_class"],
+)
 
 
 # ---- refusing input -----------------------------------------------------------------
@@ -171,6 +186,17 @@ class UnacceptedKey(Refused):
     """Signed with a key id the actuator does not accept: a retired key, or one never issued to it."""
 
 
+# What handle() lets through to the consume loop, which retries: a lost Lease, a broker or
+# network failure. Anything else a record makes it raise dead-letters that record.
+INFRASTRUCTURE: tuple[type[BaseException], ...] = (
+    lease.NotLeader,
+    KafkaError,
+    OSError,
+    TimeoutError,
+    connection.BrokerUnavailable,
+)
+
+
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise MalformedDecision(message)
@@ -195,16 +221,9 @@ def verify(
     except records.DecodeError as exc:
         raise MalformedDecision(str(exc)) from exc
     _require(isinstance(record, dict), "record is not a JSON object")
-    _require(record.get("v") == VERSION, f"unsupported envelope version {record.get('v')!r}")
-    for name in ("id", "cluster", "outcome", "preemptor", "prevHash", "hash"):
-        _require(isinstance(record.get(name), str), f"{name} must be a string")
-    victims = record.get("victims")
-    _require(isinstance(victims, list), "victims must be a list")
-    for i, victim in enumerate(victims):
-        _require(isinstance(victim, dict), f"victims[{i}] is not an object")
-        for name in ("uid", "namespace", "name"):
-            _require(isinstance(victim.get(name), str) and bool(victim[name]), f"victims[{i}].{name} missing")
-        _require(victim.get("action") in ACTIONS, f"victims[{i}]: unknown action {victim.get('action')!r}")
+    _require(record.get("v") == VERSION, f"unsupported envelope version {_shown(record.get('v'))}")
+    problem = validate.problem(record, validate.load(DECISIONS_SCHEMA))
+    _require(problem is None, str(problem))
     if chain.digest(record["prevHash"], record) != record["hash"]:
         raise TamperedDecision("hash does not match the record's content")
     if keys is not None:
@@ -221,7 +240,110 @@ def verify(
         if signing.verify_with(keys, wanted, record["hash"], sig) is None:
             named = f"key {key_id!r}" if wanted is not None else "any accepted key"
             raise ForgedDecision(f"signature does not verify with {named}")
+    problem = shape_problem(record)  # after the signature: a forged record is refused as such
+    _require(problem is None, str(problem))
     return cast(DecisionRecord, record)
+
+
+def shape_problem(record: dict[str, Any]) -> str | None:
+    """What the actuator relies on beyond the schema, or None: names it puts in API paths are
+    DNS-1123 (a victim named `..` made the client request another URL), strings it logs have
+    no control characters, victims are unique, the fields it reads are of the types it reads."""
+    problem = records.cluster_problem(record["cluster"])
+    if problem:
+        return problem
+    if not _printable(record["id"], MAX_ID_CHARS):
+        return f"id {_shown(record['id'])} is longer than {MAX_ID_CHARS} characters or has control characters"
+    placements: dict[str, Any] = record.get("placements") or {}
+    namespace, slash, name = record["preemptor"].partition("/")
+    group = record.get("flow") == "job" and bool(placements)  # namespace/pod-group: a label value
+    if not (slash and _dns_label(namespace) and (_label_value(name) if group else _dns_subdomain(name))):
+        return f"preemptor {_shown(record['preemptor'])} is not namespace/name"
+    if record["preemptorUid"] and not _uid(record["preemptorUid"]):
+        return f"preemptorUid {_shown(record['preemptorUid'])} is not a uid"
+    if "node" in record and not _dns_subdomain(record["node"]):
+        return f"node {_shown(record['node'])} is not a node name"
+    for member, node in placements.items():
+        if not _pod_ref(member) or not _dns_subdomain(node):
+            return f"placements: {_shown(member)} -> {_shown(node)} is not namespace/name -> node"
+    member_uids = record.get("memberUids")
+    if member_uids is not None:
+        for member, uid in member_uids.items():
+            if not _pod_ref(member) or not _uid(uid):
+                return f"memberUids: {_shown(member)} -> {_shown(uid)} is not namespace/name -> uid"
+    seen: set[str] = set()
+    for i, victim in enumerate(record["victims"]):
+        if not _dns_label(victim["namespace"]) or not _dns_subdomain(victim["name"]):
+            return f"victims[{i}]: {_shown(victim['namespace'])}/{_shown(victim['name'])} is not a pod name"
+        if not _uid(victim["uid"]):
+            return f"victims[{i}].uid {_shown(victim['uid'])} is not a uid"
+        if not _dns_subdomain(victim["node"]):
+            return f"victims[{i}].node {_shown(victim['node'])} is not a node name"
+        if victim["uid"] in seen:
+            return f"victims[{i}]: uid {victim['uid']} named twice"
+        seen.add(victim["uid"])
+    return _explanation_problem(record["explanation"])
+
+
+def _explanation_problem(explanation: dict[str, Any]) -> str | None:
+    """The explanation's members the actuator reads (its Events: streams.kube.preemptor_events)."""
+    members = explanation.get("members")
+    if members is not None and not (isinstance(members, list) and all(_pod_ref(m) for m in members)):
+        return "explanation.members must be a list of namespace/name"
+    reasons = explanation.get("rejectedReasons")
+    if reasons is not None and not (isinstance(reasons, dict) and all(_integer(n) for n in reasons.values())):
+        return "explanation.rejectedReasons must map reasons to counts"
+    for name in ("rejectedCount", "candidateCount"):
+        if explanation.get(name) is not None and not _integer(explanation[name]):
+            return f"explanation.{name} must be an integer"
+    return None
+
+
+# Kubernetes' name rules (apimachinery validation): a namespace is a DNS-1123 label, a pod or
+# node name a DNS-1123 subdomain, a pod group (a label value) at most 63 of [A-Za-z0-9_.-].
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
+# A uid (a UUID from the API server; tests use readable ones): visible ASCII, no spaces.
+_UID = re.compile(r"[!-~]{1,253}\Z")
+MAX_ID_CHARS = 1024
+
+
+def _dns_label(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 63 and _DNS_LABEL.match(value) is not None
+
+
+def _dns_subdomain(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 253 and _DNS_SUBDOMAIN.match(value) is not None
+
+
+def _label_value(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 63 and _LABEL_VALUE.match(value) is not None
+
+
+def _uid(value: Any) -> bool:
+    return isinstance(value, str) and _UID.match(value) is not None
+
+
+def _pod_ref(value: Any) -> bool:
+    namespace, slash, name = value.partition("/") if isinstance(value, str) else ("", "", "")
+    return bool(slash) and _dns_label(namespace) and _dns_subdomain(name)
+
+
+def _printable(value: str, limit: int) -> bool:
+    return len(value) <= limit and value.isprintable()
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shown(value: Any, chars: int = 80) -> str:
+    """repr(value), cut: a refusal names the value without copying a huge one or a control character."""
+    if isinstance(value, dict | list):
+        return type(value).__name__
+    text = repr(value)
+    return text if len(text) <= chars else text[:chars] + "..."
 
 
 @dataclass(frozen=True)
@@ -257,8 +379,12 @@ class Actuator:
         topics: Topics = Topics(),
         scope: tuple[str, ...] | None = None,
         preemptor_events: PreemptorEvents | None = None,
+        protected_namespaces: Iterable[str] = DEFAULT_PROTECTED_NAMESPACES,
+        max_victims: int = DEFAULT_MAX_VICTIMS,
     ) -> None:
         self.topics = topics
+        self.protected_namespaces = frozenset(protected_namespaces)
+        self.max_victims = max_victims
         self._preemptor_events = preemptor_events
         self.scope = scope  # the schedulers whose preemptors it acts for (None: any)
         # Each (decision id, victim uid)'s result, written or read back: a redelivered
@@ -307,7 +433,32 @@ class Actuator:
         origin: Origin,
         headers: Sequence[tuple[str, bytes]] = (),
     ) -> list[EvictionRecord]:
-        """Act on one decision record; returns the outcomes written (none for a duplicate)."""
+        """Act on one decision record; returns the outcomes written (none for a duplicate).
+
+        Whatever the record makes it raise, other than a lost Lease or a broker or network
+        failure (the consume loop's to retry), dead-letters the record with the reason: one
+        record never stops the actuator, and the decisions behind it are not held up.
+        """
+        try:
+            return await self._handle(value, key=key, origin=origin, headers=headers)
+        except INFRASTRUCTURE:
+            raise
+        except Exception as exc:
+            log.exception(
+                "decision %s[%d]@%d could not be handled", origin.topic, origin.partition, origin.offset
+            )
+            FAILED.labels(type(exc).__name__).inc()
+            await self._dead_letter(value, key, origin, exc)
+            return []
+
+    async def _handle(
+        self,
+        value: bytes,
+        *,
+        key: bytes | None,
+        origin: Origin,
+        headers: Sequence[tuple[str, bytes]],
+    ) -> list[EvictionRecord]:
         key_id = next((v.decode("utf-8", "replace") for k, v in headers if k == signing.KEY_ID_HEADER), None)
         try:
             decision = verify(value, keys=self._keys, key_id=key_id)
@@ -325,12 +476,16 @@ class Actuator:
             DUPLICATES.inc(len(decision["victims"]))  # a redelivery: no API call at all
             await self._write_outcome(decision, "done", "")
             return []
+        refusal = self._refusal(decision)
+        if refusal is not None:
+            return await self._refuse(decision, *refusal)
         context = _context(decision)
         # The preemptor's nomination and the victims go together: each victim is read while the
-        # preemptor is, marked DisruptionTarget while it is nominated, and deleted once it is
-        # (eviction.Gate), so the preemptor's checks cost its victims one read's time, not two
-        # round trips, and no victim is touched for a preemptor that no longer needs it.
-        gate = eviction.Gate()
+        # preemptor is, every one is checked against the live preemptor before any is written
+        # to, a victim is marked DisruptionTarget while the preemptor is nominated and deleted
+        # once it is (eviction.Gate), and no victim is touched for a preemptor that no longer
+        # needs it or may not have it.
+        gate = eviction.Gate(victims=len(decision["victims"]))
         limit = asyncio.Semaphore(VICTIM_CONCURRENCY)
         written: list[EvictionRecord] = []
         try:
@@ -343,14 +498,48 @@ class Actuator:
             # error apart as before; the decision is not committed and comes again.
             raise failed.exceptions[0] from failed
         nomination, stop = nominating.result()
-        if stop is not None:
-            REFUSED.labels(nomination).inc()
         order = {v["uid"]: i for i, v in enumerate(decision["victims"])}
         written.sort(key=lambda r: order[r["victim"]["uid"]])
         await self._write_outcome(decision, nomination, stop or "")
         await self._ledger.sync()  # one fsync for the decision's lines, off its preemptor's critical path
         if stop is None:
             await self._announce(decision)
+        return written
+
+    def _refusal(self, decision: DecisionRecord) -> tuple[str, str] | None:
+        """Why the decision is refused before any API call ((reason, message)), or None."""
+        victims = decision["victims"]
+        if len(victims) > self.max_victims:
+            return "too-many-victims", f"{len(victims)} victims, more than the {self.max_victims} allowed"
+        protected = sorted({v["namespace"] for v in victims} & self.protected_namespaces)
+        if protected:
+            return "protected-namespace", f"victims in protected namespace(s) {', '.join(protected)}"
+        placements = decision.get("placements")
+        if placements:
+            uids: dict[str, str] = cast(dict[str, Any], decision).get("memberUids") or {}
+            missing = sorted(set(placements) - set(uids))
+            if missing:
+                return "no-uid", f"no uid for job member(s) {', '.join(missing[:5])}"
+        elif not decision.get("node"):
+            return "no-node", "a preempt decision without node or placements"
+        elif not decision["preemptorUid"]:
+            return "no-uid", f"no uid for preemptor {decision['preemptor']}"
+        return None
+
+    async def _refuse(self, decision: DecisionRecord, reason: str, message: str) -> list[EvictionRecord]:
+        """Refuse the decision without an API call: each victim's outcome and the OUTCOME say why."""
+        REFUSED.labels(reason).inc()
+        log.warning("refusing decision %s: %s", decision["id"], message, extra=logs.decision_fields(decision))
+        written: list[EvictionRecord] = []
+        for victim in decision["victims"]:
+            ledger_key = (decision["id"], victim["uid"])
+            if self._ledger.recorded(ledger_key):
+                DUPLICATES.inc()
+                continue
+            outcome = eviction.Outcome("error", 0, f"refused: {message}: {eviction.UNTOUCHED}")
+            written.append(await self._record_outcome(decision, victim, outcome))
+        await self._write_outcome(decision, "error", f"refused: {message}")
+        await self._ledger.sync()
         return written
 
     async def _announce(self, decision: DecisionRecord) -> None:
@@ -371,6 +560,7 @@ class Actuator:
         ledger_key = (decision["id"], victim["uid"])
         if self._ledger.recorded(ledger_key):
             DUPLICATES.inc()
+            gate.read(victim, None)  # nothing to check: it is not written to again
             return
 
         async def before_write() -> None:
@@ -378,15 +568,23 @@ class Actuator:
             # have happened. Made durable with the decision's other lines (Ledger.sync, below).
             self._ledger.mark_pending(ledger_key)
 
+        outcome = await self._actions.act(
+            victim,
+            context,
+            gate=gate,
+            resumed=self._ledger.pending(ledger_key),
+            before_write=before_write,
+            limit=limit,
+        )
         async with limit:
-            outcome = await self._actions.act(
-                victim,
-                context,
-                gate=gate,
-                resumed=self._ledger.pending(ledger_key),
-                before_write=before_write,
-            )
             await self._actions.post_event(victim, context, outcome)
+        written.append(await self._record_outcome(decision, victim, outcome))
+
+    async def _record_outcome(
+        self, decision: DecisionRecord, victim: VictimRecord, outcome: eviction.Outcome
+    ) -> EvictionRecord:
+        """Write one victim's outcome to preemption.evictions and record it in the ledger."""
+        ledger_key = (decision["id"], victim["uid"])
         record = self._outcome_record(decision, victim, outcome)
         if self._elector is not None:
             # After losing the Lease, the successor (which read the evictions topic when it
@@ -411,7 +609,7 @@ class Actuator:
             f" ({outcome.message})" if outcome.message else "",
             extra=logs.decision_fields(decision, pod=f"{victim['namespace']}/{victim['name']}"),
         )
-        written.append(record)
+        return record
 
     async def _write_outcome(self, decision: DecisionRecord, nomination: str, message: str) -> None:
         """The OUTCOME event of one decision, into the cluster's log (a dry run changes nothing: none)."""
@@ -435,25 +633,48 @@ class Actuator:
         await self._sink.send(self.topics.cluster_events, records.encode(batch), key=self._cluster.encode())
 
     async def _nominate(self, decision: DecisionRecord, gate: eviction.Gate) -> tuple[str, str | None]:
-        """Nominate the preemptor (or each job member), opening or closing `gate` for the victims:
-        what nominating found, and why not to act on the victims, if so."""
-        placements = decision.get("placements")
-        if placements:
-            members, uid = sorted(placements.items()), None
-        elif decision.get("node"):
-            members, uid = [(decision["preemptor"], decision.get("node", ""))], decision.get("preemptorUid")
-        else:
-            gate.open()
-            return "none", None
+        """Check the live preemptor (or every job member) and every victim against it, then
+        nominate it, opening or closing `gate` for the victims: what nominating found, and why
+        not to act on the victims, if so.
+
+        Before any write: each member must exist with the decision's uid, unbound, in scope,
+        able to preempt (eviction.preemptor_refusal); each victim still to be written to must
+        be, live, of lower priority than the lowest member (DaemonSet flow: lower or equal) and
+        on one of the decision's nodes (eviction.victim_problem). One failing refuses the whole
+        decision: no victim is touched.
+        """
+        members = _members(decision)
+        reads = await asyncio.gather(*(self._actions.read_preemptor(m) for m, _, _ in members))
+        flow = decision["flow"]
+        lowest: int | None = None
+        for (member, _, uid), (pod, failed) in zip(members, reads, strict=True):
+            if failed is not None:
+                # Without the live preemptor its victims cannot be checked: nothing is touched
+                # (the outcomes say error; the worker decides again).
+                return self._stop(decision, gate, eviction.Nomination("error", False, failed, "read-failed"))
+            refusal = eviction.preemptor_refusal(member, pod, uid=uid, scope=self.scope, flow=flow)
+            if refusal is not None:
+                return self._stop(decision, gate, refusal)
+            assert pod is not None
+            priority = eviction.live_priority(pod)
+            lowest = priority if lowest is None else min(lowest, priority)
+        assert lowest is not None  # a preempt decision has a member (_refusal)
+        nodes = frozenset(node for _, node, _ in members)
+        for victim, pod in await gate.victims_read():
+            found = eviction.victim_problem(
+                victim, pod, below=lowest, or_equal=flow == "daemonset", nodes=nodes
+            )
+            if found is not None:
+                reason, message = found
+                return self._stop(decision, gate, eviction.Nomination("error", False, message, reason))
+        gate.check_passed()  # victims may be marked DisruptionTarget from now on
         result, done = "done", []
-        for member, node in members:
+        for member, node, uid in members:
             ledger_key = (decision["id"], nomination_subject(member))
             if self._ledger.recorded(ledger_key):
                 continue
-            # A single preemptor's victims may be marked once it is read; a job's wait for all.
-            checked = gate.check_passed if len(members) == 1 else _nothing
             nomination = await self._actions.nominate(
-                member, node, uid=uid, scope=self.scope, checked=checked
+                member, node, uid=uid, scope=self.scope, checked=gate.check_passed
             )
             NOMINATIONS.labels(nomination.result).inc()
             if nomination.result != "done":
@@ -467,14 +688,25 @@ class Actuator:
                 result = nomination.result
             if not nomination.proceed:
                 # Not recorded: a redelivery checks again, so no victim of this decision is ever touched.
-                gate.refuse(nomination.message)
-                return nomination.result, nomination.message
+                return self._stop(decision, gate, nomination)
             if nomination.result != "error":  # an error is retried on redelivery
                 done.append(ledger_key)
         gate.open()
         for ledger_key in done:
             self._ledger.mark_recorded(ledger_key)
         return result, None
+
+    @staticmethod
+    def _stop(
+        decision: DecisionRecord, gate: eviction.Gate, refusal: eviction.Nomination
+    ) -> tuple[str, str | None]:
+        """Close the gate: no victim of the decision is touched; the OUTCOME says why."""
+        REFUSED.labels(refusal.reason or refusal.result).inc()
+        log.warning(
+            "refusing decision %s: %s", decision["id"], refusal.message, extra=logs.decision_fields(decision)
+        )
+        gate.refuse(refusal.message)
+        return refusal.result, refusal.message
 
     def _outcome_record(
         self, decision: DecisionRecord, victim: VictimRecord, outcome: eviction.Outcome
@@ -495,7 +727,7 @@ class Actuator:
             record["message"] = outcome.message
         return record
 
-    async def _dead_letter(self, value: bytes, key: bytes | None, origin: Origin, exc: Refused) -> None:
+    async def _dead_letter(self, value: bytes, key: bytes | None, origin: Origin, exc: Exception) -> None:
         error_class = type(exc).__name__
         log.warning(
             "refused %s[%d]@%d: %s: %s", origin.topic, origin.partition, origin.offset, error_class, exc
@@ -638,6 +870,15 @@ async def _first(wanted: Any, stop: Any) -> bool:
             task.cancel()
         await asyncio.gather(wanted_task, stop_task, return_exceptions=True)
     return wanted_task in done and not wanted_task.cancelled()
+
+
+def _members(decision: DecisionRecord) -> list[tuple[str, str, str]]:
+    """(namespace/name, node, uid) of the preemptor, or of every member of a gang, in name order."""
+    placements = decision.get("placements")
+    if placements:
+        uids: dict[str, str] = cast(dict[str, Any], decision)["memberUids"]
+        return [(member, node, uids[member]) for member, node in sorted(placements.items())]
+    return [(decision["preemptor"], decision.get("node", ""), decision["preemptorUid"])]
 
 
 def _context(decision: DecisionRecord) -> eviction.Context:

@@ -77,6 +77,7 @@ Every Kubernetes edge case of actuation is handled here, with its reason:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -111,6 +112,8 @@ EVENT_BLOCKED_REASON = "PreemptionBlocked"
 COMPONENT = "preemptctl"
 # What kube-scheduler calls itself: a pod without spec.schedulerName is its.
 DEFAULT_SCHEDULER = "default-scheduler"
+# The preemptionPolicy of a pod that may not preempt (core/v1 PreemptNever).
+NEVER = "Never"
 # The Event's annotation holding the decision id, so an Event leads back to its record.
 DECISION_ANNOTATION = "preemptctl.io/decision-id"
 # policy/v1's DisruptionBudgetCause: the `reason` of the StatusCause an eviction 429 carries.
@@ -249,6 +252,9 @@ class Nomination:
     result: str
     proceed: bool  # act on the decision's victims?
     message: str = ""
+    # Why it was refused, finer than `result` (the OUTCOME's nomination values are fixed within
+    # v1: a refusal by the actuator's own checks says `error` there), for the refused counter.
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -267,22 +273,44 @@ class Context:
 class Gate:
     """When a decision's victims may be written to, told by its preemptor's nomination.
 
-    `checked`: the preemptor was read and may have victims (not gone, recreated, bound or
-    another scheduler's): a victim may be marked DisruptionTarget. `nominated`: its
-    nomination is written: a victim may be deleted, evicted or labelled. Each resolves to
-    None (go on) or to why not; `refuse` before `checked` means no victim is touched.
+    `victims_read`: every victim of the decision was read (`read`: each reports once, with
+    the pod as found when it is still to be written to, else None), so the actuator can
+    check them all against the live preemptor before any is touched. `checked`: the
+    preemptor was read and may have these victims (not gone, recreated, bound, another
+    scheduler's, unable to preempt; every victim below it and on its node): a victim may be
+    marked DisruptionTarget. `nominated`: its nomination is written: a victim may be
+    deleted, evicted or labelled. Each resolves to None (go on) or to why not; `refuse`
+    before `checked` means no victim is touched.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, victims: int = 0) -> None:
         loop = asyncio.get_running_loop()
         self._checked: asyncio.Future[str | None] = loop.create_future()
         self._nominated: asyncio.Future[str | None] = loop.create_future()
+        self._unread = victims
+        self._seen: list[tuple[VictimRecord, dict[str, Any]]] = []
+        self._all_read: asyncio.Future[None] = loop.create_future()
+        if victims <= 0:
+            self._all_read.set_result(None)
 
     @classmethod
     def opened(cls) -> Gate:
         gate = cls()
         gate.open()
         return gate
+
+    def read(self, victim: VictimRecord, pod: dict[str, Any] | None) -> None:
+        """One victim was read: `pod` as found when it is to be written to (None: it is not)."""
+        if pod is not None:
+            self._seen.append((victim, pod))
+        self._unread -= 1
+        if self._unread <= 0 and not self._all_read.done():
+            self._all_read.set_result(None)
+
+    async def victims_read(self) -> list[tuple[VictimRecord, dict[str, Any]]]:
+        """Once every victim reported: those still to be written to, with their live pods."""
+        await asyncio.shield(self._all_read)
+        return list(self._seen)
 
     def check_passed(self) -> None:
         if not self._checked.done():
@@ -399,55 +427,85 @@ class Actions:
         gate: Gate | None = None,
         resumed: bool = False,
         before_write: Callable[[], Awaitable[None]] = _nothing,
+        limit: asyncio.Semaphore | None = None,
     ) -> Outcome:
         """Act on one victim by its action; never raises for API failures (outcome error).
 
-        The victim is read while the preemptor is (`gate.checked`), marked DisruptionTarget
-        while it is nominated, and deleted, evicted or labelled once it is (`gate.nominated`).
+        The victim is read while the preemptor is and reported to `gate` (the actuator checks
+        every victim against the live preemptor before any is written to: `gate.checked`),
+        marked DisruptionTarget while the preemptor is nominated, and deleted, evicted or
+        labelled once it is (`gate.nominated`). `limit` bounds the requests in flight: held
+        for the read and for the writes, not while waiting for the gate (whose checks wait
+        for every victim's read).
         """
         action = victim["action"]
         gate = gate or Gate.opened()
+        bound = limit if limit is not None else contextlib.nullcontext()
         with ACTION_SECONDS.labels(action).time():
             if victim.get("terminating"):
+                gate.read(victim, None)
                 refused = await gate.checked()
                 if refused is not None:
                     return Outcome("error", 0, f"{refused}: {UNTOUCHED}")
                 return Outcome("already-terminating", 0, "terminating when decided: no action needed")
             failed: BaseException | None = None
+            pod: dict[str, Any] | None = None
             try:
-                pod = await self._get(victim["namespace"], victim["name"])
+                async with bound:
+                    pod = await self._get(victim["namespace"], victim["name"])
             except (ApiException, *_NETWORK_ERRORS) as exc:
                 pod, failed = None, exc
-            refused = await gate.checked()
+            finally:
+                # Reported whatever happened (the gate waits for every victim): the pod when
+                # it is still to be written to, so the actuator checks it before any write.
+                writable = failed is None and _classify(pod, victim, resumed=resumed) is None
+                gate.read(victim, pod if writable else None)
+            refused = await gate.checked()  # not while holding `limit`: the checks wait for every read
+            async with bound:
+                return await self._settle(victim, context, gate, pod, failed, refused, resumed, before_write)
+
+    async def _settle(
+        self,
+        victim: VictimRecord,
+        context: Context,
+        gate: Gate,
+        pod: dict[str, Any] | None,
+        failed: BaseException | None,
+        refused: str | None,
+        resumed: bool,
+        before_write: Callable[[], Awaitable[None]],
+    ) -> Outcome:
+        """The rest of `act` once the victim is read and the gate's checks are done: write."""
+        action = victim["action"]
+        if refused is not None:
+            if pod is not None and _marked_by(pod, context.decision_id):
+                # An earlier delivery of this decision marked it and was cut short.
+                return await self._withdraw(victim, context, refused)
+            return Outcome("error", 0, f"{refused}: {UNTOUCHED}")
+        if failed is not None:
+            return Outcome("error", 0, f"read failed: {_describe(failed)}")
+        found = _classify(pod, victim, resumed=resumed)
+        if found is not None:
+            return found
+        assert pod is not None  # _classify settles a missing pod
+        attempts = [0]
+        try:
+            if action == "delete":
+                return await self._delete(victim, pod, context, attempts, gate, before_write)
+            refused = await gate.nominated()
             if refused is not None:
-                if pod is not None and _marked_by(pod, context.decision_id):
-                    # An earlier delivery of this decision marked it and was cut short.
-                    return await self._withdraw(victim, context, refused)
                 return Outcome("error", 0, f"{refused}: {UNTOUCHED}")
-            if failed is not None:
-                return Outcome("error", 0, f"read failed: {_describe(failed)}")
-            found = _classify(pod, victim, resumed=resumed)
-            if found is not None:
-                return found
-            assert pod is not None  # _classify settles a missing pod
-            attempts = [0]
-            try:
-                if action == "delete":
-                    return await self._delete(victim, pod, context, attempts, gate, before_write)
-                refused = await gate.nominated()
-                if refused is not None:
-                    return Outcome("error", 0, f"{refused}: {UNTOUCHED}")
-                self.guard()  # before the ledger says "pending": a non-leader must not leave that mark
-                await before_write()
-                if action == "evict":
-                    return await self._evict(victim, attempts)
-                if action == "label":
-                    return await self._label(victim, context, attempts)
-                return Outcome("error", 0, f"unknown action {action!r}")
-            except ApiException as exc:
-                return await self._write_failed(exc, victim, attempts[0], resumed=resumed)
-            except _NETWORK_ERRORS as exc:
-                return Outcome("error", attempts[0], f"{action} failed: {_describe(exc)}")
+            self.guard()  # before the ledger says "pending": a non-leader must not leave that mark
+            await before_write()
+            if action == "evict":
+                return await self._evict(victim, attempts)
+            if action == "label":
+                return await self._label(victim, context, attempts)
+            return Outcome("error", 0, f"unknown action {action!r}")
+        except ApiException as exc:
+            return await self._write_failed(exc, victim, attempts[0], resumed=resumed)
+        except _NETWORK_ERRORS as exc:
+            return Outcome("error", attempts[0], f"{action} failed: {_describe(exc)}")
 
     async def _write_failed(
         self, exc: ApiException, victim: VictimRecord, attempts: int, *, resumed: bool
@@ -621,6 +679,15 @@ class Actions:
             return Nomination("error", proceed=True, message=f"nominating {member} failed: {_describe(exc)}")
         return Nomination("done", proceed=True)
 
+    async def read_preemptor(self, member: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The preemptor (or a job member) as the server has it (None: gone), or why it could not
+        be read. The actuator checks it, and its victims against it, before any write."""
+        namespace, _, name = member.partition("/")
+        try:
+            return await self._get(namespace, name), None
+        except (ApiException, *_NETWORK_ERRORS) as exc:
+            return None, f"reading {member} failed: {_describe(exc)}"
+
     @staticmethod
     def _refusal(
         member: str, pod: dict[str, Any] | None, *, uid: str | None, scope: tuple[str, ...] | None
@@ -641,6 +708,14 @@ class Actions:
         if spec.get("nodeName"):
             bound = f"preemptor {member} is already bound to {spec['nodeName']}"
             return Nomination("bound", proceed=uid is None, message=bound)
+        if spec.get("preemptionPolicy") == NEVER:
+            # Admission copies the PriorityClass's policy into the pod: the live pod says it all.
+            return Nomination(
+                "error",
+                proceed=False,
+                message=f"preemptor {member} has preemptionPolicy {NEVER}: it may not preempt",
+                reason="may-not-preempt",
+            )
         return None
 
     # ---- Events ----------------------------------------------------------------------
@@ -702,6 +777,64 @@ class Actions:
         except _NETWORK_ERRORS as exc:
             EVENT_FAILURES.inc()
             log.warning("Event on %s/%s failed: %s", victim["namespace"], victim["name"], _describe(exc))
+
+
+# ---- what the live objects must say before a victim is touched ------------------------------
+
+
+def preemptor_refusal(
+    member: str,
+    pod: dict[str, Any] | None,
+    *,
+    uid: str,
+    scope: tuple[str, ...] | None,
+    flow: str,
+) -> Nomination | None:
+    """Why the live preemptor (or job member) may not have a decision's victims, or None.
+
+    It must exist with the decision's uid, be unbound, of a scheduler in `scope`, and not
+    `preemptionPolicy: Never`; a DaemonSet-flow preemptor (whose victims may be of its own
+    priority) must be a DaemonSet's pod.
+    """
+    refusal = Actions._refusal(member, pod, uid=uid, scope=scope)
+    if refusal is not None:
+        return Nomination(refusal.result, False, refusal.message, refusal.reason or refusal.result)
+    assert pod is not None  # _refusal refuses a missing pod
+    if flow == "daemonset" and not any(
+        isinstance(o, dict) and o.get("kind") == "DaemonSet"
+        for o in (pod.get("metadata") or {}).get("ownerReferences") or ()
+    ):
+        message = f"preemptor {member} is not a DaemonSet's pod, and the decision's flow is daemonset"
+        return Nomination("error", False, message, "not-a-daemonset-pod")
+    return None
+
+
+def live_priority(pod: dict[str, Any]) -> int:
+    """A pod's priority as kube-scheduler reads it (corev1helpers.PodPriority): spec.priority,
+    which admission sets from the PriorityClass, else 0."""
+    priority = (pod.get("spec") or {}).get("priority")
+    return priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
+
+
+def victim_problem(
+    victim: VictimRecord, pod: dict[str, Any], *, below: int, or_equal: bool, nodes: frozenset[str]
+) -> tuple[str, str] | None:
+    """Why the live victim may not be taken for a preemptor of priority `below` going to `nodes`
+    ((reason, message)), or None. Lower priority than the preemptor (or equal, `or_equal`: the
+    DaemonSet flow), and bound to one of the decision's nodes."""
+    where = f"{victim['namespace']}/{victim['name']}"
+    priority = live_priority(pod)
+    if priority > below or (priority == below and not or_equal):
+        relation = "at most" if or_equal else "below"
+        return (
+            "victim-priority",
+            f"victim {where} has priority {priority}, not {relation} the preemptor's {below}",
+        )
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node not in nodes:
+        said = f"on node {node}" if node else "not bound to a node"
+        return "victim-node", f"victim {where} is {said}, not on {', '.join(sorted(nodes))}"
+    return None
 
 
 def _pod_path(namespace: str, name: str) -> str:

@@ -679,14 +679,23 @@ class _Slow:
     def __init__(self) -> None:
         self.active = self.most = 0
 
+    async def read_preemptor(self, member: str) -> tuple[dict[str, Any], None]:
+        pod = objects.pod("high", priority=1000)
+        pod["metadata"]["uid"] = "high-uid"
+        return pod, None
+
     async def nominate(self, member: str, node: str, **_: Any) -> eviction.Nomination:
         return eviction.Nomination("done", proceed=True)
 
-    async def act(self, victim: VictimRecord, context: Any, **_: Any) -> eviction.Outcome:
-        self.active += 1
-        self.most = max(self.most, self.active)
-        await asyncio.sleep(0.05)
-        self.active -= 1
+    async def act(
+        self, victim: VictimRecord, context: Any, *, gate: eviction.Gate, limit: asyncio.Semaphore, **_: Any
+    ) -> eviction.Outcome:
+        gate.read(victim, None)
+        async with limit:
+            self.active += 1
+            self.most = max(self.most, self.active)
+            await asyncio.sleep(0.05)
+            self.active -= 1
         return eviction.Outcome("done", 1)
 
     async def post_event(self, *_: Any) -> None:
