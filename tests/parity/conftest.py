@@ -22,6 +22,9 @@ from tests.parity.harness import Harness
 
 # Every classification of the session, for the summary: (source, kind, departures).
 RESULTS: list[tuple[str, str, tuple[str, ...]]] = []
+# The same per filter that decides the cluster upstream, and per generated shape: (label, kind).
+BY_FILTER: list[tuple[str, str]] = []
+BY_SHAPE: list[tuple[str, str]] = []
 
 
 @pytest.fixture(scope="session")
@@ -39,8 +42,26 @@ def parity() -> Iterator[Harness]:
             harness.close()
 
 
-def record(source: str, c: classify_mod.Classification) -> None:
+def record(source: str, c: classify_mod.Classification, tags: tuple[str, ...] = ()) -> None:
     RESULTS.append((source, c.kind, c.departures))
+    BY_FILTER.extend(
+        (f, c.kind) for f in c.filters or ("none of NodePorts, InterPodAffinity, PodTopologySpread",)
+    )
+    if source == "generated clusters":
+        BY_SHAPE.extend((t, c.kind) for t in tags or ("plain",))
+
+
+KINDS = ("same", "tie", "documented", "unexplained")
+
+
+def _counts(rows: list[tuple[str, str]]) -> list[str]:
+    out = []
+    for label in sorted({r[0] for r in rows}):
+        kinds = Counter(k for name, k in rows if name == label)
+        out.append(
+            f"  {label}: {sum(kinds.values())}: " + ", ".join(f"{kinds[k]} {k}" for k in KINDS if kinds[k])
+        )
+    return out
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -56,3 +77,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         )
         for name, n in sorted(departures.items()):
             write(f"  documented departure {name}: {n}")
+    if BY_FILTER:
+        write("parity by the filter that decides upstream (a cluster may count under several):")
+        for line in _counts(BY_FILTER):
+            write(line)
+    if BY_SHAPE:
+        write("parity by generated shape (a cluster may count under several):")
+        for line in _counts(BY_SHAPE):
+            write(line)

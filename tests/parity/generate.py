@@ -20,6 +20,22 @@ forever, zero seconds, and now and then the annotation alias.
 
 Start times are distinct within a cluster except where a tie is wanted, so that
 kube-scheduler's victim order is the one MoreImportantPod defines.
+
+A share of the clusters (SHAPED_SHARE, chosen by a second random stream of the
+seed, which also draws everything below, so that the other clusters are the
+ones earlier versions generated) carry the shapes the other filters kube-scheduler
+runs inside preemption read: nodes in topology.kubernetes.io/zone zones (now
+and then without the label); host ports on pods and on the preemptor (TCP, UDP,
+SCTP, on every address or one, in containers, sidecars and plain init
+containers, which hold none), some taken where the preemptor wants them; the
+preemptor's required pod anti-affinity and affinity by hostname and by zone
+(across namespaces, by namespaceSelector, with matchLabelKeys and
+mismatchLabelKeys; some affinities that nothing satisfies, some only the
+preemptor itself); existing pods' required anti-affinity against the preemptor;
+and DoNotSchedule topology spread by hostname and zone, maxSkew 1-2, with
+matching pods relabelled so that counts sit near the limit, now and then with
+minDomains, node inclusion policies and matchLabelKeys. The preemptor's request
+is often made small, so that only these filters keep it off a node.
 """
 
 from __future__ import annotations
@@ -43,6 +59,13 @@ WINDOW_MARGIN_S = 600
 SHAPES = ((2, 4, 110), (4, 8, 110), (8, 16, 110), (4, 8, 6), (2, 8, 4))
 # Toleration policies: (minimum-preemptable-priority above the preemptor?, seconds).
 SECONDS = (-1, 0, 900, 3600, None)
+# The share of clusters with host ports, pod (anti-)affinity and topology spread.
+SHAPED_SHARE = 0.4
+HOSTNAME = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+HOST_PORTS = (8080, 8080, 8080, 9090)  # mostly one port, so that it is often taken
+PROTOCOLS = ("TCP", "TCP", "TCP", "UDP", "SCTP")
+HOST_IPS = ("", "", "", "0.0.0.0", "127.0.0.1", "10.0.0.1")
 
 
 def _class_name(value: int, suffix: str = "") -> str:
@@ -173,6 +196,9 @@ def scenario(seed: int) -> Scenario:
     _pdbs(rnd, s)
     _preemptor(rnd, s, preemptor_priority, levels, gpus)
     _nominated_others(rnd, s, levels, preemptor_priority)
+    shapes = random.Random(f"shapes-{seed}")  # a stream of its own: the rest is drawn as before
+    if shapes.random() < SHAPED_SHARE:
+        _shape(shapes, s)
     return s
 
 
@@ -376,3 +402,247 @@ def _nominated_others(rnd: random.Random, s: Scenario, levels: list[int], priori
             pod["spec"]["schedulerName"] = "other-scheduler"  # counted by preemptctl only (a departure)
         if all(p["metadata"]["name"] != pod["metadata"]["name"] for p in s.pods):
             s.pods.append(pod)
+
+
+# ---- host ports, pod (anti-)affinity, topology spread -------------------------------------
+
+
+def _shape(x: random.Random, s: Scenario) -> None:
+    zones = x.randint(1, 3)
+    for node in s.nodes:
+        if x.random() < 0.06:
+            continue  # no zone label: unresolvable for a zone spread or affinity
+        node["metadata"]["labels"][ZONE] = f"zone-{x.randrange(zones)}"
+    kinds = [
+        k
+        for k, share in (("ports", 0.4), ("anti", 0.35), ("affinity", 0.2), ("existing", 0.3))
+        if x.random() < share
+    ]
+    spread = x.random() < 0.35
+    if not kinds and not spread:
+        pick = x.choice(("ports", "anti", "affinity", "existing", "spread"))
+        spread = pick == "spread"
+        kinds = [] if spread else [pick]
+    tags: set[str] = set()
+    pre = s.preemptor
+    labels = pre["metadata"]["labels"]
+    if "app" not in labels and x.random() < 0.9:
+        labels["app"] = x.choice(APPS)
+    if x.random() < 0.5:
+        _shrink(x, pre)
+    if spread:
+        _spread(x, s, tags)  # first: it relabels pods, which the terms below then read
+    if "ports" in kinds:
+        _ports(x, s, tags)
+    if "anti" in kinds:
+        for _ in range(1 if x.random() < 0.8 else 2):
+            key = HOSTNAME if x.random() < 0.6 else ZONE
+            target = labels.get("app") if x.random() < 0.6 else None
+            _terms(pre, "podAntiAffinity").append(_term(x, pre, key, target or x.choice(APPS)))
+            tags.add("anti-affinity-" + ("hostname" if key == HOSTNAME else "zone"))
+    if "affinity" in kinds:
+        key = HOSTNAME if x.random() < 0.5 else ZONE
+        ghost = x.random() < 0.25
+        target = "ghost" if ghost else (labels.get("app") if x.random() < 0.3 else None) or x.choice(APPS)
+        _terms(pre, "podAffinity").append(_term(x, pre, key, target))
+        tags.add("affinity-unsatisfiable" if ghost else "affinity")
+    if "existing" in kinds:
+        _existing_anti(x, s)
+        tags.add("existing-anti-affinity")
+    s.tags = tuple(sorted(tags))
+
+
+def _shrink(x: random.Random, pod: dict[str, Any]) -> None:
+    """A preemptor small enough to fit by resources somewhere, so that the other filters decide."""
+    cpu = f"{x.choice((100, 250, 500))}m"
+    resources = pod["spec"]["containers"][0].setdefault("resources", {})
+    resources.setdefault("requests", {})["cpu"] = cpu
+    if "cpu" in (resources.get("limits") or {}):
+        resources["limits"]["cpu"] = cpu
+
+
+def _terms(pod: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    affinity = pod["spec"].setdefault("affinity", {}).setdefault(kind, {})
+    terms: list[dict[str, Any]] = affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", [])
+    return terms
+
+
+def _term(x: random.Random, pod: dict[str, Any], key: str, app: str) -> dict[str, Any]:
+    """A required pod (anti-)affinity term for pods labelled `app`, now and then across namespaces."""
+    if x.random() < 0.7:
+        selector: dict[str, Any] = {"matchLabels": {"app": app}}
+    else:
+        others = [a for a in APPS if a != app]
+        selector = {
+            "matchExpressions": [{"key": "app", "operator": "In", "values": sorted([app, x.choice(others)])}]
+        }
+    term: dict[str, Any] = {"labelSelector": selector, "topologyKey": key}
+    roll = x.random()
+    if roll < 0.1:
+        term["namespaces"] = [NAMESPACES[1]]
+    elif roll < 0.15:
+        term["namespaces"] = list(NAMESPACES)
+    elif roll < 0.25:
+        term["namespaceSelector"] = {}  # every namespace
+    elif roll < 0.3:
+        term["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": x.choice(NAMESPACES)}}
+    labels = pod["metadata"]["labels"]
+    roll = x.random()
+    if roll < 0.2:
+        if "tier" not in labels and x.random() < 0.7:
+            labels["tier"] = x.choice(("front", "back"))
+        term["matchLabelKeys" if roll < 0.12 else "mismatchLabelKeys"] = ["tier"]
+    return term
+
+
+def _held(used: set[tuple[str, str, int]], want: tuple[str, str, int]) -> bool:
+    """kube-scheduler's HostPortInfo.CheckConflict ("" is every address)."""
+    ip, protocol, port = want
+    if ip in ("", "0.0.0.0"):
+        return any((p[1], p[2]) == (protocol, port) for p in used)
+    return ("0.0.0.0", protocol, port) in used or want in used
+
+
+def _port(x: random.Random, want: tuple[str, str, int]) -> dict[str, Any]:
+    ip, protocol, port = want
+    out: dict[str, Any] = {"containerPort": port if x.random() < 0.7 else port + 1, "hostPort": port}
+    if protocol != "TCP" or x.random() < 0.5:
+        out["protocol"] = protocol  # TCP is the default
+    if ip:
+        out["hostIP"] = ip
+    return out
+
+
+def _ports(x: random.Random, s: Scenario, tags: set[str]) -> None:
+    """Host ports on existing pods (never two that conflict on one node, as no scheduler would place
+    them) and on the preemptor, some where they are taken."""
+    tags.add("ports")
+    held: dict[str, set[tuple[str, str, int]]] = {}
+    for pod in s.pods:
+        node = pod["spec"].get("nodeName")
+        if not node or x.random() >= 0.6:
+            continue
+        want = (x.choice(HOST_IPS), x.choice(PROTOCOLS), x.choice(HOST_PORTS))
+        used = held.setdefault(node, set())
+        if _held(used, want) or any(_held({want}, u) for u in used):
+            continue
+        spec = pod["spec"]
+        inits = spec.get("initContainers") or []
+        sidecars = [c for c in inits if c.get("restartPolicy") == "Always"]
+        plain = [c for c in inits if c.get("restartPolicy") != "Always"]
+        if sidecars and x.random() < 0.6:
+            container = sidecars[0]
+            tags.add("sidecar-ports")
+        elif plain and x.random() < 0.5:
+            container = plain[0]  # a plain init container holds no port while the pod runs
+            tags.add("init-container-ports")
+            want = ("", "", 0)
+        else:
+            container = spec["containers"][0]
+        if want[2]:
+            used.add((want[0] or "0.0.0.0", want[1], want[2]))
+        else:
+            want = (x.choice(HOST_IPS), x.choice(PROTOCOLS), x.choice(HOST_PORTS))
+        container.setdefault("ports", []).append(_port(x, want))
+    pre = s.preemptor
+    wanted: list[tuple[str, str, int]] = []
+    for _ in range(1 if x.random() < 0.7 else 2):
+        want = (
+            "" if x.random() < 0.75 else x.choice(HOST_IPS),
+            "TCP" if x.random() < 0.8 else x.choice(PROTOCOLS),
+            x.choice(HOST_PORTS),
+        )
+        if all((w[1], w[2]) != (want[1], want[2]) for w in wanted):
+            wanted.append(want)
+    sidecar = x.random() < 0.2
+    container = pre["spec"]["containers"][0]
+    if sidecar:
+        container = {
+            "name": "sidecar",
+            "image": IMAGE,
+            "restartPolicy": "Always",
+            "resources": {"requests": {"cpu": "50m"}},
+        }
+        pre["spec"]["initContainers"] = [container]
+        tags.add("sidecar-ports")
+    container["ports"] = [_port(x, w) for w in wanted]
+
+
+def _existing_anti(x: random.Random, s: Scenario) -> None:
+    """Required anti-affinity on some bound pods, mostly against the preemptor's labels."""
+    app = s.preemptor["metadata"]["labels"].get("app")
+    for pod in s.pods:
+        if not pod["spec"].get("nodeName") or x.random() >= 0.2:
+            continue
+        key = HOSTNAME if x.random() < 0.65 else ZONE
+        target = app if app and x.random() < 0.7 else x.choice(APPS)
+        _terms(pod, "podAntiAffinity").append(_term(x, pod, key, target))
+
+
+def _spread(x: random.Random, s: Scenario, tags: set[str]) -> None:
+    """DoNotSchedule constraints on the preemptor, with matching pods placed near the skew limit."""
+    pre = s.preemptor
+    labels = pre["metadata"]["labels"]
+    own = labels.get("app")
+    target = own if own and x.random() < 0.85 else x.choice(APPS)
+    keys = [HOSTNAME if x.random() < 0.55 else ZONE]
+    if x.random() < 0.25:
+        keys = [HOSTNAME, ZONE]
+    constraints = []
+    for key in keys:
+        c: dict[str, Any] = {
+            "maxSkew": x.choice((1, 1, 2)),
+            "topologyKey": key,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": target}},
+        }
+        if x.random() < 0.25:
+            c["minDomains"] = x.randint(2, 4)
+            tags.add("min-domains")
+        roll = x.random()
+        if roll < 0.15:
+            c["nodeAffinityPolicy"] = "Ignore"
+        elif roll < 0.25:
+            c["nodeAffinityPolicy"] = "Honor"
+        roll = x.random()
+        if roll < 0.2:
+            c["nodeTaintsPolicy"] = "Honor"
+        elif roll < 0.3:
+            c["nodeTaintsPolicy"] = "Ignore"
+        if x.random() < 0.15:
+            if "tier" not in labels and x.random() < 0.7:
+                labels["tier"] = x.choice(("front", "back"))
+            c["matchLabelKeys"] = ["tier"]
+        constraints.append(c)
+        tags.add("spread-" + ("hostname" if key == HOSTNAME else "zone"))
+    if x.random() < 0.15:
+        other = ZONE if HOSTNAME in keys and ZONE not in keys else HOSTNAME
+        if other not in keys:
+            constraints.append(
+                {
+                    "maxSkew": 1,
+                    "topologyKey": other,
+                    "whenUnsatisfiable": "ScheduleAnyway",  # scoring's business: no filter reads it
+                    "labelSelector": {"matchLabels": {"app": target}},
+                }
+            )
+    pre["spec"]["topologySpreadConstraints"] = constraints
+    # Matching pods per node: a base and a little more here and there, so that skews sit at the limit
+    # (fewer per node when a zone adds several nodes up).
+    base = x.choice((0, 0, 1)) if ZONE not in keys else 0
+    extra = (0, 0, 1, 1, 2, 3) if ZONE not in keys else (0, 0, 0, 1, 1, 2)
+    others = [a for a in APPS if a != target]
+    for node in s.nodes:
+        name = node["metadata"]["name"]
+        here = [
+            p
+            for p in s.pods
+            if p["spec"].get("nodeName") == name
+            and p["metadata"]["namespace"] == pre["metadata"]["namespace"]
+        ]
+        want = base + x.choice(extra)
+        for i, p in enumerate(here):
+            if i < want:
+                p["metadata"]["labels"]["app"] = target
+            elif p["metadata"]["labels"].get("app") == target:
+                p["metadata"]["labels"]["app"] = x.choice(others)

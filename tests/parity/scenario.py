@@ -46,6 +46,8 @@ class Scenario:
     )  # "namespace/name": deleted (gracefully) after creation
     preemptor: dict[str, Any] = field(default_factory=dict)
     origin: str = ""
+    # The generator's shapes in this cluster (host ports, pod (anti-)affinity, topology spread).
+    tags: tuple[str, ...] = ()
 
     @property
     def preemptor_key(self) -> str:

@@ -16,6 +16,7 @@ own case must differ from kube-scheduler by that departure alone.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -32,6 +33,8 @@ CASES = Path(__file__).resolve().parents[1] / "conformance" / "cases"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "semantics.md"
 FIRST_SEED = int(os.environ.get("PARITY_FIRST_SEED", "0"))
 CLUSTERS = int(os.environ.get("PARITY_CLUSTERS", "30"))
+# A file to append one JSON line per comparison to (both answers, the classification), when set.
+LOG = os.environ.get("PARITY_LOG")
 # The departures that show only where PreemptionToleration decides (its policies, its rule).
 TOLERATION_DEPARTURES = {
     "toleration-annotation-alias",
@@ -43,7 +46,21 @@ TOLERATION_DEPARTURES = {
 def _check(parity: Harness, scenario_source: str, scenario: object) -> classify_mod.Classification:
     run = parity.run(scenario)  # type: ignore[arg-type]
     c = classify_mod.classify(run)
-    record(scenario_source, c)
+    record(scenario_source, c, run.scenario.tags)
+    if LOG:
+        with open(LOG, "a") as out:
+            row = {
+                "scenario": run.scenario.name,
+                "profile": run.scenario.profile,
+                "kind": c.kind,
+                "departures": list(c.departures),
+                "filters": list(c.filters),
+                "tags": list(run.scenario.tags),
+                "kube": str(run.kube),
+                "preemptctl": str(run.preemptctl),
+                "detail": c.detail,
+            }
+            out.write(json.dumps(row) + "\n")
     assert c.kind != classify_mod.UNEXPLAINED, classify_mod.explain(run, c)
     return c
 

@@ -146,6 +146,106 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     return reqs
 
 
+# (hostIP, protocol, hostPort), sanitized as HostPortInfo does: "" is 0.0.0.0, no protocol is TCP.
+Port = tuple[str, str, int]
+BIND_ALL = "0.0.0.0"
+
+
+def host_ports(raw: Mapping[str, Any]) -> tuple[Port, ...]:
+    """scheduler util.GetHostPorts: restartable (sidecar) init containers, then containers."""
+    spec = raw["spec"]
+    containers = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    containers += list(spec.get("containers") or [])
+    out = []
+    for c in containers:
+        for p in c.get("ports") or []:
+            if int(p.get("hostPort") or 0) > 0:
+                out.append((p.get("hostIP") or BIND_ALL, p.get("protocol") or "TCP", int(p["hostPort"])))
+    return tuple(out)
+
+
+def port_conflict(used: set[Port], want: Port) -> bool:
+    """HostPortInfo.CheckConflict."""
+    ip, protocol, port = want
+    if ip == BIND_ALL:
+        return any((p[1], p[2]) == (protocol, port) for p in used)
+    return (BIND_ALL, protocol, port) in used or want in used
+
+
+@dataclass(frozen=True)
+class Selector:
+    """labels.Selector from metav1.LabelSelectorAsSelector: nil is Nothing, {} Everything."""
+
+    requirements: tuple[tuple[str, str, tuple[str, ...]], ...] | None  # None: Nothing
+
+    @staticmethod
+    def of(raw: Mapping[str, Any] | None) -> Selector:
+        if raw is None:
+            return Selector(None)
+        reqs = [(str(k), "In", (str(v),)) for k, v in sorted((raw.get("matchLabels") or {}).items())]
+        for e in raw.get("matchExpressions") or []:
+            reqs.append((e["key"], e["operator"], tuple(e.get("values") or ())))
+        return Selector(tuple(reqs))
+
+    def empty(self) -> bool:
+        return self.requirements is not None and not self.requirements
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.requirements is None:
+            return False
+        return all(
+            _match_expression(labels, {"operator": op, "values": list(values)}, labels.get(key))
+            for key, op, values in self.requirements
+        )
+
+    def merged(self, keys: Iterable[str], operator: str, labels: Mapping[str, str]) -> Selector:
+        """The pod's values of `keys` merged in (matchLabelKeys In, mismatchLabelKeys NotIn), as the API
+        server does at creation and the scheduler again: a requirement already there changes nothing."""
+        if self.requirements is None:
+            return self
+        extra = [(k, operator, (labels[k],)) for k in keys if k in labels]
+        return Selector(self.requirements + tuple(r for r in extra if r not in self.requirements))
+
+
+def namespace_labels(namespace: str) -> dict[str, str]:
+    """A namespace's labels: the parity namespaces carry only the one the API server sets."""
+    return {"kubernetes.io/metadata.name": namespace}
+
+
+@dataclass(frozen=True)
+class Term:
+    """framework.AffinityTerm of a required PodAffinityTerm. The incoming pod's namespaceSelector is
+    unrolled into namespaces upstream (mergeAffinityTermNamespacesIfNotEmpty); matching the selector
+    against the target's namespace labels is the same for every namespace that exists."""
+
+    namespaces: frozenset[str]
+    selector: Selector
+    key: str
+    namespace_selector: Selector
+
+    @staticmethod
+    def of(raw: Mapping[str, Any], namespace: str, labels: Mapping[str, str]) -> Term:
+        names = list(raw.get("namespaces") or [])
+        if not names and raw.get("namespaceSelector") is None:
+            names = [namespace]
+        selector = Selector.of(raw.get("labelSelector"))
+        selector = selector.merged(raw.get("matchLabelKeys") or [], "In", labels)
+        selector = selector.merged(raw.get("mismatchLabelKeys") or [], "NotIn", labels)
+        return Term(
+            frozenset(names),
+            selector,
+            str(raw.get("topologyKey") or ""),
+            Selector.of(raw.get("namespaceSelector")),
+        )
+
+    def matches(self, pod: Pod) -> bool:
+        if pod.namespace in self.namespaces or self.namespace_selector.matches(
+            namespace_labels(pod.namespace)
+        ):
+            return self.selector.matches(pod.labels)
+        return False
+
+
 @dataclass
 class Pod:
     raw: dict[str, Any]
@@ -163,11 +263,22 @@ class Pod:
     scheduler: str
     klass: str
     uid: str
+    ports: tuple[Port, ...] = ()
+    # Required (anti-)affinity terms, read against this pod (its namespace, its labels' keys).
+    affinity_terms: tuple[Term, ...] = ()
+    anti_terms: tuple[Term, ...] = ()
 
     @staticmethod
     def of(raw: dict[str, Any]) -> Pod:
         meta, spec, status = raw["metadata"], raw["spec"], raw.get("status") or {}
         qos = {"Guaranteed": 2, "Burstable": 1, "BestEffort": 0}[status.get("qosClass") or "BestEffort"]
+        affinity = spec.get("affinity") or {}
+        namespace, labels = meta["namespace"], dict(meta.get("labels") or {})
+
+        def terms(kind: str) -> tuple[Term, ...]:
+            raw_terms = (affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []
+            return tuple(Term.of(t, namespace, labels) for t in raw_terms)
+
         return Pod(
             raw=raw,
             key=f"{meta['namespace']}/{meta['name']}",
@@ -184,6 +295,9 @@ class Pod:
             scheduler=spec.get("schedulerName") or "default-scheduler",
             klass=spec.get("priorityClassName") or "",
             uid=meta["uid"],
+            ports=host_ports(raw),
+            affinity_terms=terms("podAffinity"),
+            anti_terms=terms("podAntiAffinity"),
         )
 
     def condition(self, kind: str) -> dict[str, Any] | None:
@@ -304,34 +418,264 @@ def _node_matches(pod: Pod, node: Node) -> bool:
     return False
 
 
-def unresolvable(pod: Pod, node: Node) -> bool:
-    """UnschedulableAndUnresolvable from NodeUnschedulable, TaintToleration, NodeAffinity, or
-    NodeResourcesFit when a request exceeds the node's allocatable (the pod count never)."""
+SUCCESS, UNSCHEDULABLE_CODE, UNRESOLVABLE = "Success", "Unschedulable", "UnschedulableAndUnresolvable"
+# The filters this model can switch off one at a time (classify: which of them decide a cluster).
+NODE_PORTS, INTER_POD_AFFINITY, POD_TOPOLOGY_SPREAD = "NodePorts", "InterPodAffinity", "PodTopologySpread"
+FILTERS = frozenset({NODE_PORTS, INTER_POD_AFFINITY, POD_TOPOLOGY_SPREAD})
+
+
+def _node_static(pod: Pod, node: Node) -> str | None:
+    """NodeUnschedulable, TaintToleration, NodeAffinity: UnschedulableAndUnresolvable or None."""
     if node.unschedulable and not _tolerates_taint(
         pod, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
     ):
-        return True
-    for taint in node.taints:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates_taint(pod, taint):
-            return True
+        return UNRESOLVABLE
+    if _untolerated(pod, node):
+        return UNRESOLVABLE
     if not _node_matches(pod, node):
-        return True
-    return any(r != "pods" and v > 0 and v > node.allocatable.get(r, 0) for r, v in pod.requests.items())
+        return UNRESOLVABLE
+    return None
 
 
-def _fits(pod: Pod, node: Node, present: Sequence[Pod]) -> bool:
-    """fitsRequest with `present` on the node (nominated pods already added)."""
-    if len(present) + 1 > node.allocatable.get("pods", 0):
-        return False
+def _untolerated(pod: Pod, node: Node) -> bool:
+    """FindMatchingUntoleratedTaint with DoNotScheduleTaintsFilterFunc (NoSchedule, NoExecute)."""
+    return any(
+        taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates_taint(pod, taint)
+        for taint in node.taints
+    )
+
+
+def _resources_status(pod: Pod, node: Node, present: Sequence[Pod]) -> str | None:
+    """NodeResourcesFit's fitsRequest with `present` on the node: every shortfall is Unschedulable,
+    UnschedulableAndUnresolvable when one request exceeds the node's allocatable (the pod count never)."""
+    short = len(present) + 1 > node.allocatable.get("pods", 0)
     used: dict[str, int] = {}
     for p in present:
         _add(used, p.requests)
     for r, v in pod.requests.items():
         if r == "pods" or v == 0:
             continue
+        if v > node.allocatable.get(r, 0):
+            return UNRESOLVABLE
         if v > node.allocatable.get(r, 0) - used.get(r, 0):
+            short = True
+    return UNSCHEDULABLE_CODE if short else None
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """podtopologyspread.topologySpreadConstraint (DoNotSchedule only: the Filter's)."""
+
+    max_skew: int
+    key: str
+    selector: Selector
+    min_domains: int
+    affinity_policy: str
+    taints_policy: str
+
+    def includes(self, pod: Pod, node: Node) -> bool:
+        """matchNodeInclusionPolicies."""
+        if self.affinity_policy == "Honor" and not _node_matches(pod, node):
             return False
-    return True
+        return not (self.taints_policy == "Honor" and _untolerated(pod, node))
+
+
+def _constraints(pod: Pod) -> list[Constraint]:
+    out = []
+    for c in pod.raw["spec"].get("topologySpreadConstraints") or []:
+        if c.get("whenUnsatisfiable") != "DoNotSchedule":
+            continue
+        selector = Selector.of(c.get("labelSelector")).merged(c.get("matchLabelKeys") or [], "In", pod.labels)
+        out.append(
+            Constraint(
+                int(c["maxSkew"]),
+                str(c["topologyKey"]),
+                selector,
+                int(c.get("minDomains") or 1),
+                c.get("nodeAffinityPolicy") or "Honor",
+                c.get("nodeTaintsPolicy") or "Ignore",
+            )
+        )
+    return out
+
+
+Pair = tuple[str, str]
+
+
+def _bump(counts: dict[Pair, int], node: Node, key: str, delta: int) -> None:
+    """topologyToMatchedTermCount.update: only where the node has the key; a zero count is dropped."""
+    if key in node.labels:
+        pair = (key, node.labels[key])
+        counts[pair] = counts.get(pair, 0) + delta
+        if counts[pair] == 0:
+            del counts[pair]
+
+
+@dataclass
+class State:
+    """The cycle state PreFilter writes and AddPod/RemovePod update (cloned per node, as upstream)."""
+
+    spread: list[dict[str, int]]  # PodTopologySpread TpValueToMatchNum, per constraint
+    existing_anti: dict[Pair, int]  # InterPodAffinity: existing pods' anti-affinity matching the pod
+    affinity: dict[Pair, int]
+    anti: dict[Pair, int]
+
+    def clone(self) -> State:
+        return State(
+            [dict(m) for m in self.spread], dict(self.existing_anti), dict(self.affinity), dict(self.anti)
+        )
+
+
+@dataclass
+class Cycle:
+    """One scheduling cycle's PreFilter results for `pod` (what kube-scheduler's preemption reuses)."""
+
+    world: World
+    pod: Pod
+    filters: frozenset[str]
+    ports: tuple[Port, ...]
+    constraints: list[Constraint]
+    affinity_skipped: bool
+    state: State
+
+    @staticmethod
+    def of(world: World, pod: Pod, filters: frozenset[str]) -> Cycle:
+        ports = pod.ports if NODE_PORTS in filters else ()
+        constraints = _constraints(pod) if POD_TOPOLOGY_SPREAD in filters else []
+        spread: list[dict[str, int]] = [{} for _ in constraints]
+        for node in world.nodes.values():
+            if any(c.key not in node.labels for c in constraints):
+                continue  # nodeLabelsMatchSpreadConstraints
+            for i, c in enumerate(constraints):
+                if not c.includes(pod, node):
+                    continue
+                count = 0
+                if not c.selector.empty():  # countPodsMatchSelector: terminating pods do not count
+                    count = sum(
+                        1
+                        for p in node.pods
+                        if not p.deleting and p.namespace == pod.namespace and c.selector.matches(p.labels)
+                    )
+                value = node.labels[c.key]
+                spread[i][value] = spread[i].get(value, 0) + count
+        existing: dict[Pair, int] = {}
+        affinity: dict[Pair, int] = {}
+        anti: dict[Pair, int] = {}
+        skipped = True
+        if INTER_POD_AFFINITY in filters:
+            for node in world.nodes.values():
+                for p in node.pods:  # terminating pods count here
+                    for t in p.anti_terms:
+                        if t.matches(pod):
+                            _bump(existing, node, t.key, 1)
+                    if pod.affinity_terms and all(t.matches(p) for t in pod.affinity_terms):
+                        for t in pod.affinity_terms:
+                            _bump(affinity, node, t.key, 1)
+                    for t in pod.anti_terms:
+                        if t.matches(p):
+                            _bump(anti, node, t.key, 1)
+            skipped = not existing and not pod.affinity_terms and not pod.anti_terms
+        return Cycle(
+            world, pod, filters, ports, constraints, skipped, State(spread, existing, affinity, anti)
+        )
+
+    def update(self, state: State, p: Pod, node: Node, delta: int) -> None:
+        """AddPod (+1) and RemovePod (-1) of every PreFilter extension, for `p` on `node`."""
+        pod = self.pod
+        if (
+            self.constraints
+            and p.namespace == pod.namespace
+            and all(c.key in node.labels for c in self.constraints)
+        ):
+            for i, c in enumerate(self.constraints):
+                # No check of a deletionTimestamp here, unlike PreFilter's count.
+                if c.selector.matches(p.labels) and c.includes(pod, node):
+                    value = node.labels[c.key]
+                    state.spread[i][value] = state.spread[i].get(value, 0) + delta
+        if not self.affinity_skipped:
+            for t in p.anti_terms:
+                if t.matches(pod):
+                    _bump(state.existing_anti, node, t.key, delta)
+            if pod.affinity_terms and all(t.matches(p) for t in pod.affinity_terms):
+                for t in pod.affinity_terms:
+                    _bump(state.affinity, node, t.key, delta)
+            for t in pod.anti_terms:
+                if t.matches(p):
+                    _bump(state.anti, node, t.key, delta)
+
+    def status(self, state: State, node: Node, present: Sequence[Pod], used: set[Port]) -> str:
+        """RunFilterPlugins in the default profile's order; the first failure's code."""
+        pod = self.pod
+        code = _node_static(pod, node)
+        if code is not None:
+            return code
+        if any(port_conflict(used, want) for want in self.ports):
+            return UNSCHEDULABLE_CODE
+        code = _resources_status(pod, node, present)
+        if code is not None:
+            return code
+        for i, c in enumerate(self.constraints):
+            if c.key not in node.labels:
+                return UNRESOLVABLE
+            counts = state.spread[i]
+            # criticalPaths[0] is the least count (each clone changes one domain only).
+            least = min(counts.values()) if counts else 2**31 - 1
+            if len(counts) < c.min_domains:
+                least = 0
+            skew = counts.get(node.labels[c.key], 0) + (1 if c.selector.matches(pod.labels) else 0) - least
+            if skew > c.max_skew:
+                return UNSCHEDULABLE_CODE
+        if not self.affinity_skipped:
+            if not self._affinity(state, node):
+                return UNRESOLVABLE
+            if state.anti and any(
+                state.anti.get((t.key, node.labels[t.key]), 0) > 0
+                for t in pod.anti_terms
+                if t.key in node.labels
+            ):
+                return UNSCHEDULABLE_CODE
+            if state.existing_anti and any(
+                state.existing_anti.get(pair, 0) > 0 for pair in node.labels.items()
+            ):
+                return UNSCHEDULABLE_CODE
+        return SUCCESS
+
+    def _affinity(self, state: State, node: Node) -> bool:
+        """satisfyPodAffinity."""
+        terms = self.pod.affinity_terms
+        exist = True
+        for t in terms:
+            if t.key not in node.labels:
+                return False
+            if state.affinity.get((t.key, node.labels[t.key]), 0) <= 0:
+                exist = False
+        if exist:
+            return True
+        # The first of a group that has affinity to itself.
+        return not state.affinity and bool(terms) and all(t.matches(self.pod) for t in terms)
+
+    def with_nominated(
+        self, state: State, node: Node, present: Sequence[Pod], used: set[Port], nominated: Sequence[Pod]
+    ) -> str:
+        """RunFilterPluginsWithNominatedPods: with the nominated pods added, then (when they were and
+        that passed) without them."""
+        if nominated:
+            added = state.clone()
+            ports = set(used)
+            for p in nominated:
+                self.update(added, p, node, 1)
+                ports.update(p.ports)
+            code = self.status(added, node, [*present, *nominated], ports)
+            if code != SUCCESS:
+                return code
+        return self.status(state, node, present, used)
+
+
+def _used_ports(pods: Iterable[Pod]) -> set[Port]:
+    used: set[Port] = set()
+    for p in pods:
+        used.update(p.ports)
+    return used
 
 
 def _nominated(world: World, node: str, pod: Pod, departures: frozenset[str]) -> list[Pod]:
@@ -485,10 +829,15 @@ class Candidate:
 
 
 def select_victims(
-    world: World, node: Node, pod: Pod, *, profile: str, now: float, departures: frozenset[str]
+    cycle: Cycle, node: Node, *, profile: str, now: float, departures: frozenset[str]
 ) -> list[Candidate]:
-    """SelectVictimsOnNode, once per order of equally important pods: the node's possible candidates."""
+    """SelectVictimsOnNode, once per order of equally important pods: the node's possible candidates.
+    Each works on its own copy of the cycle state and of the node's used ports, as upstream's
+    DryRunPreemption clones both per node."""
+    world, pod = cycle.world, cycle.pod
     nominated = _nominated(world, node.name, pod, departures)
+    state = cycle.state.clone()
+    used = _used_ports(node.pods)
     potential = []
     for p in node.pods:
         if p.priority >= pod.priority:
@@ -497,10 +846,12 @@ def select_victims(
         if toleration and exempt(world, p, pod, now, departures):
             continue
         potential.append(p)
+        used.difference_update(p.ports)  # NodeInfo.RemovePod: HostPortInfo is a set
+        cycle.update(state, p, node, -1)
     if not potential:
         return []
     kept = [p for p in node.pods if p not in potential]
-    if not _fits(pod, node, kept + nominated):
+    if cycle.with_nominated(state, node, kept, used, nominated) != SUCCESS:
         return []
     out = []
     for order in _orders(potential, now, departures):
@@ -508,13 +859,19 @@ def select_victims(
         violating = [p for p, v in zip(order, flags, strict=True) if v]
         non_violating = [p for p, v in zip(order, flags, strict=True) if not v]
         present = list(kept)
+        trial = state.clone()
+        ports = set(used)
         victims: list[Pod] = []
         violations = 0
         for group, counts in ((violating, True), (non_violating, False)):
             for p in group:
                 present.append(p)
-                if not _fits(pod, node, present + nominated):
+                ports.update(p.ports)
+                cycle.update(trial, p, node, 1)
+                if cycle.with_nominated(trial, node, present, ports, nominated) != SUCCESS:
                     present.remove(p)
+                    ports.difference_update(p.ports)
+                    cycle.update(trial, p, node, -1)
                     victims.append(p)
                     violations += counts
         if not victims:
@@ -536,10 +893,13 @@ def _final_violations(world: World, victims: Sequence[Pod]) -> int:
 # ---- the decision -----------------------------------------------------------------------
 
 
-def _waits(world: World, pod: Pod, *, profile: str, departures: frozenset[str]) -> bool:
-    """Not PodEligibleToPreemptOthers because of a terminating pod on the nominated node."""
+def _waits(
+    world: World, pod: Pod, statuses: Mapping[str, str], *, profile: str, departures: frozenset[str]
+) -> bool:
+    """Not PodEligibleToPreemptOthers because of a terminating pod on the nominated node (whose
+    status in the scheduling cycle was not UnschedulableAndUnresolvable)."""
     node = world.nodes.get(pod.nominated) if pod.nominated else None
-    if node is None or unresolvable(pod, node):
+    if node is None or statuses[node.name] == UNRESOLVABLE:
         return False
     plugin_rule = profile == TOLERATION and "toleration-waits-only-for-preemptions" not in departures
     for p in node.pods:
@@ -565,25 +925,35 @@ def decide(
     schedulers: Iterable[str],
     now: float,
     departures: frozenset[str],
+    filters: frozenset[str] = FILTERS,
 ) -> Answer:
-    """What the scheduler does with `preemptor` (a pending pod among `objects`) at `now`."""
+    """What the scheduler does with `preemptor` (a pending pod among `objects`) at `now`; `filters`
+    leaves out some of NodePorts, InterPodAffinity and PodTopologySpread (to see which decide)."""
     world = World.of(objects, schedulers, departures)
     pod = next(p for p in world.pods if p.uid == preemptor["metadata"]["uid"])
-    for node in world.nodes.values():
-        if not unresolvable(pod, node) and _fits(
-            pod, node, node.pods + _nominated(world, node.name, pod, departures)
-        ):
-            return Answer(FITS)
+    cycle = Cycle.of(world, pod, filters)
+    statuses = {
+        node.name: cycle.with_nominated(
+            cycle.state,
+            node,
+            node.pods,
+            _used_ports(node.pods),
+            _nominated(world, node.name, pod, departures),
+        )
+        for node in world.nodes.values()
+    }
+    if SUCCESS in statuses.values():
+        return Answer(FITS)
     if (pod.raw["spec"].get("preemptionPolicy") or "PreemptLowerPriority") == "Never":
         return Answer(UNSCHEDULABLE)
-    if _waits(world, pod, profile=profile, departures=departures):
+    if _waits(world, pod, statuses, profile=profile, departures=departures):
         return Answer(WAIT)
     candidates = []
     for name in sorted(world.nodes):
+        if statuses[name] != UNSCHEDULABLE_CODE:
+            continue  # nodesWherePreemptionMightHelp: only Unschedulable nodes
         node = world.nodes[name]
-        if unresolvable(pod, node):
-            continue
-        candidates.extend(select_victims(world, node, pod, profile=profile, now=now, departures=departures))
+        candidates.extend(select_victims(cycle, node, profile=profile, now=now, departures=departures))
     if not candidates:
         return Answer(UNSCHEDULABLE)
     best = min(c.key(now) for c in candidates)
