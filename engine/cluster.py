@@ -83,6 +83,9 @@ class Cluster:
         # selector or a changed toleration policy has to look at.
         self._bound_in_ns: dict[str, dict[str, Pod]] = {}
         self._bound_in_class: dict[str, set[str]] = {}
+        # Bound, non-terminal pods with required pod anti-affinity: every preemptor must
+        # keep out of their domains when their terms match it (engine.interpod).
+        self.anti_affine: dict[str, Pod] = {}
         # Pending pods by (namespace, pod group): a gang's members without a scan.
         self._pending_groups: dict[tuple[str, str], set[str]] = {}
         # uid -> number of other pods whose ownerReferences name it (a driver's executors).
@@ -162,6 +165,13 @@ class Cluster:
     def nominated_nodes(self) -> Mapping[str, Mapping[str, Pod]]:
         """Nodes some pending pod is nominated to (each with its pods): read it, never change it."""
         return self._nominated
+
+    def bound_in(self, namespace: str) -> Mapping[str, Pod]:
+        """Bound, non-terminal pods of `namespace` by uid (their node may not be known yet)."""
+        return self._bound_in_ns.get(namespace, {})
+
+    def bound_namespaces(self) -> list[str]:
+        return sorted(self._bound_in_ns)
 
     def pending(self) -> Iterator[Pod]:
         for pod in self.pods.values():
@@ -395,6 +405,8 @@ class Cluster:
             in_ns = self._bound_in_ns.get(pod.namespace)
             if in_ns is not None and pod.uid in in_ns:
                 in_ns[pod.uid] = pod
+            if pod.uid in self.anti_affine:
+                self.anti_affine[pod.uid] = pod
         elif old.nominated is not None:
             noms = self._nominated.get(old.nominated)
             if noms is not None and pod.uid in noms:
@@ -403,6 +415,8 @@ class Cluster:
     def _bind(self, pod: Pod) -> None:
         """File a bound, non-terminal pod in the derived indexes."""
         self._bound_in_ns.setdefault(pod.namespace, {})[pod.uid] = pod
+        if pod.scheduling is not None and pod.scheduling.anti_affinity:
+            self.anti_affine[pod.uid] = pod
         if pod.priority_class:
             self._bound_in_class.setdefault(pod.priority_class, set()).add(pod.uid)
         self.budgets.add_pod(pod)
@@ -420,6 +434,7 @@ class Cluster:
         in_ns = self._bound_in_ns.get(pod.namespace)
         if in_ns is not None:
             in_ns.pop(pod.uid, None)
+        self.anti_affine.pop(pod.uid, None)
         if pod.priority_class:
             in_class = self._bound_in_class.get(pod.priority_class)
             if in_class is not None:

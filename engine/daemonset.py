@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from engine import decision as decision_mod
-from engine import default, placement, resources, timeutil
+from engine import default, interpod, placement, resources, timeutil
 from engine.cluster import Cluster, NodeState
 from engine.config import Config
 from engine.decision import FITS, PREEMPT, UNSCHEDULABLE, WAIT, Decision
@@ -219,13 +219,25 @@ def decide(cluster: Cluster, pod: Pod, *, now: int, config: Config) -> Decision:
     why = placement.unresolvable(state.node, pod)
     if why is not None:
         return make(UNSCHEDULABLE, f"required node {node}: {why}")
-    free = default.free_for(cluster, state, Preemptor(pod, priority, pod.requests))
+    pre = Preemptor(pod, priority, pod.requests)
+    free = default.free_for(cluster, state, pre)
+    own: dict[str, Pod] = {}
     if pod.uid in state.pods:
         # Bound by nodeName but not admitted yet (the DaemonSet controller's old way):
         # the index counts it on the node, yet it is the pod asking for room.
         resources.add(free, pod.requests)
+        own[pod.uid] = pod
     explanation["free"] = resources.render({k: v for k, v in free.items() if k in pod.requests})
-    if resources.fits(pod.requests, free):
+    filters = interpod.Filters(cluster, pod)
+    nominated = default.nominated_pods(cluster, state.node.name, pre) if filters.active else []
+    if filters.active:
+        # Host ports, pod (anti-)affinity and spread on the required node (engine.interpod).
+        status = filters.cycle_status(state, resources.fits(pod.requests, free), nominated, own)
+        if status is None:
+            return make(FITS, f"fits on {node} without preemption", node=node)
+        if status[0] == interpod.UNRESOLVABLE:
+            return make(UNSCHEDULABLE, f"required node {node}: {status[1]}")
+    elif resources.fits(pod.requests, free):
         return make(FITS, f"fits on {node} without preemption", node=node)
     if not default.may_preempt(cluster, pod):
         return make(UNSCHEDULABLE, "preemptionPolicy is Never: the pod may not preempt")
@@ -247,14 +259,39 @@ def decide(cluster: Cluster, pod: Pod, *, now: int, config: Config) -> Decision:
     ordered = candidates(cluster, state, pod, priority, now)
     explanation["candidates"] = [_explain_candidate(c, pod.requests) for c in ordered[:EXPLAIN_CANDIDATES]]
     explanation["candidateCount"] = len(ordered)
+    required: list[Pod] = []
+    if filters.active:
+        # Pods holding a wanted port or in the way of an anti-affinity must go whatever the
+        # strategy picks for resources; they free their resources first.
+        eligible = {c.pod.uid for c in ordered}
+        required = filters.blockers(state, own)
+        held = next((p for p in required if p.uid not in eligible), None)
+        if held is not None:
+            return make(
+                UNSCHEDULABLE, f"required node {node}: {held.key} is in the way and may not be evicted"
+            )
+        explanation["required"] = [p.key for p in required]
+        free = dict(free)
+        for p in required:
+            resources.add(free, p.requests)
+        taken = {p.uid for p in required}
+        ordered = [c for c in ordered if c.pod.uid not in taken]
     attempts: list[dict[str, str]] = []
     explanation["strategies"] = attempts
     for strategy in settings.victim_selection_strategy:
-        if strategy == "single":
+        victims: list[Pod] | None
+        if required and resources.fits(pod.requests, free):
+            victims, result = [], "the pods in the way free enough"
+        elif strategy == "single":
             victims, result = _single(ordered, free, pod.requests, settings.single_victim_deviation_percent)
         else:
             victims, result = _multiple(ordered, free, pod.requests, settings.max_victims)
         attempts.append({"strategy": strategy, "result": result})
+        if victims is not None and filters.active:
+            victims = [*required, *victims]
+            blocked = filters.blocked(state, {**own, **{p.uid: p for p in victims}}, nominated)
+            if blocked is not None:
+                return make(UNSCHEDULABLE, f"required node {node}: {blocked[1]} even with its victims gone")
         if victims:
             return make(
                 PREEMPT,

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import disruption, placement, resources, timeutil, toleration
+from engine import disruption, interpod, placement, resources, timeutil, toleration
 from engine.cluster import Cluster, NodeState
 from engine.objects import PREEMPT_NEVER, QOS_NAMES, Pod
 from engine.resources import Resources
@@ -40,6 +40,16 @@ class Preemptor:
     pod: Pod
     priority: int
     requests: Resources
+    # The inter-pod filters' state (host ports, pod (anti-)affinity, topology spread), or
+    # None when none applies: evaluations then read the node alone, and the index ranks them.
+    filters: interpod.Filters | None = None
+
+
+def preemptor(cluster: Cluster, pod: Pod) -> Preemptor:
+    """The pending pod as every flow evaluates it: its priority and, when any applies, the
+    inter-pod filters' state over the cluster as it is now."""
+    filters = interpod.Filters(cluster, pod)
+    return Preemptor(pod, cluster.priority(pod), pod.requests, filters if filters.active else None)
 
 
 @dataclass(slots=True)
@@ -71,6 +81,16 @@ def importance(cluster: Cluster, pod: Pod) -> tuple[int, int, int, str]:
 def pdb_violating(cluster: Cluster, pods: Sequence[Pod]) -> list[bool]:
     """Which of `pods` (importance order) would violate a PDB if all were evicted (`disruption.violating`)."""
     return disruption.violating(cluster.budgets, pods)
+
+
+def nominated_pods(cluster: Cluster, node: str, pre: Preemptor) -> list[Pod]:
+    """Pods nominated to `node` with at least the preemptor's priority, by uid (addGENominatedPods)."""
+    held = cluster.nominated_on(node)
+    return [
+        held[uid]
+        for uid in sorted(held)
+        if uid != pre.pod.uid and cluster.priority(held[uid]) >= pre.priority
+    ]
 
 
 def nominated_load(cluster: Cluster, node: str, pre: Preemptor) -> Resources | None:
@@ -124,6 +144,8 @@ def evaluate_node(
     why = placement.unresolvable(state.node, pre.pod)
     if why is not None:
         return NodeEval(name, REJECTED, why)
+    if pre.filters is not None:
+        return _evaluate_filtered(cluster, state, pre, pre.filters, now, ordered)
     free = free_for(cluster, state, pre)
     if resources.fits(pre.requests, free):
         return NodeEval(name, FITS, "fits without preemption")
@@ -161,6 +183,80 @@ def evaluate_node(
     # ranked by what its eviction really does: the final victims beyond a budget. A
     # more important pod of a PDB given back leaves the budget unexceeded, which
     # upstream's count of pre-reprieve flags would still call a violation.
+    violations = sum(pdb_violating(cluster, victims)) if read else 0
+    return NodeEval(
+        name,
+        CANDIDATE,
+        victims=victims,
+        violations=violations,
+        key=rank_key(cluster, victims, violations),
+        expires=expires,
+        potential=tried,
+        pdbs=read,
+    )
+
+
+def _evaluate_filtered(
+    cluster: Cluster,
+    state: NodeState,
+    pre: Preemptor,
+    filters: interpod.Filters,
+    now: int,
+    ordered: Sequence[Pod] | None,
+) -> NodeEval:
+    """`evaluate_node` with the inter-pod filters: kube-scheduler's SelectVictimsOnNode, where
+    "fits" is the resources and every filter, with the nominated pods and without them."""
+    name = state.node.name
+    free = free_for(cluster, state, pre)
+    nominated = nominated_pods(cluster, name, pre)
+    status = filters.cycle_status(state, resources.fits(pre.requests, free), nominated)
+    if status is None:
+        return NodeEval(name, FITS, "fits without preemption")
+    if status[0] == interpod.UNRESOLVABLE:
+        return NodeEval(name, REJECTED, status[1])
+    potential, expires = potential_victims(cluster, state, pre, now, ordered)
+    removed = {pod.uid: pod for pod in potential}
+    for pod in potential:
+        resources.add(free, pod.requests)
+    if not resources.fits(pre.requests, free):
+        missing = resources.shortfall(pre.requests, free)
+        return NodeEval(
+            name,
+            REJECTED,
+            f"does not fit even after removing all {len(potential)} eligible lower-priority pods "
+            f"(short {', '.join(f'{k} {v}' for k, v in missing.items())})",
+            expires=expires,
+        )
+    blocked = filters.blocked(state, removed, nominated)
+    if blocked is not None:
+        return NodeEval(
+            name,
+            REJECTED,
+            f"{blocked[1]} even after removing all {len(potential)} eligible lower-priority pods",
+            expires=expires,
+        )
+    if ordered is None:
+        potential.sort(key=lambda p: importance(cluster, p))
+    budgets = cluster.budgets
+    read = frozenset(uid for pod in potential for uid in budgets.uids_of(pod.uid))
+    violating = pdb_violating(cluster, potential) if read else [False] * len(potential)
+    victims: list[Pod] = []
+    tried: list[tuple[Pod, bool]] = []
+    for first_pass in (True, False):
+        for pod, v in zip(potential, violating, strict=True):
+            if v != first_pass:
+                continue
+            tried.append((pod, v))
+            resources.sub(free, pod.requests)
+            del removed[pod.uid]
+            if (
+                not resources.fits(pre.requests, free)
+                or filters.blocked(state, removed, nominated) is not None
+            ):
+                resources.add(free, pod.requests)
+                removed[pod.uid] = pod
+                victims.append(pod)
+    victims.sort(key=lambda p: importance(cluster, p))
     violations = sum(pdb_violating(cluster, victims)) if read else 0
     return NodeEval(
         name,
@@ -241,8 +337,21 @@ def waiting_on_nominated(cluster: Cluster, pre: Preemptor) -> str | None:
     if not nominated:
         return None
     state = cluster.nodes.get(nominated)
-    if state is None or placement.unresolvable(state.node, pre.pod) is not None:
+    if state is None or placement.before_ports(state.node, pre.pod) is not None:
         return None
+    filters = pre.filters
+    others = nominated_pods(cluster, nominated, pre) if filters is not None else []
+    # Filters run in upstream order and the first failure is the node's status: a host-port
+    # conflict (Unschedulable) comes before NodeResourcesFit, so a too-small node whose
+    # ports clash still holds the preemptor; spread and pod affinity come after it.
+    if filters is None or not filters.ports_conflict(state, {}, others):
+        if placement.too_small(state.node, pre.pod) is not None:
+            return None
+        if filters is not None:
+            free = free_for(cluster, state, pre)
+            status = filters.cycle_status(state, resources.fits(pre.requests, free), others)
+            if status is not None and status[0] == interpod.UNRESOLVABLE:
+                return None
     for pod in sorted(state.pods.values(), key=lambda p: p.uid):
         if cluster.priority(pod) < pre.priority and pod.deleting and pod.preempted:
             return f"victim {pod.key} of an earlier preemption is still terminating on {nominated}"

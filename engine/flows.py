@@ -15,7 +15,6 @@ from engine import decision as decision_mod
 from engine.cluster import Cluster
 from engine.config import Config
 from engine.decision import FITS, PREEMPT, UNSCHEDULABLE, WAIT, Decision
-from engine.default import Preemptor
 from engine.index import Index
 from engine.objects import Pod
 from engine.victims import to_victims
@@ -62,7 +61,7 @@ def decide(
 def decide_default(
     cluster: Cluster, pod: Pod, *, now: int, config: Config, index: Index | None = None
 ) -> Decision:
-    pre = Preemptor(pod, cluster.priority(pod), pod.requests)
+    pre = default.preemptor(cluster, pod)
     scan = (index or Index(cluster)).scan(pre, now, config.victim_selection)
     explanation = scan.explanation
     explanation["preemptorPriority"] = pre.priority

@@ -628,6 +628,11 @@ class Index:
             self.ranking(pre, now, mode).settle()
 
     def scan(self, pre: Preemptor, now: int, mode: str) -> Scan:
+        if pre.filters is not None:
+            # The inter-pod filters read other nodes' pods (topology domains): an evaluation
+            # is no longer a function of its node alone, which rankings are built on.
+            # Such preemptors evaluate every node afresh (docs/performance.md measures it).
+            return full_scan(self.cluster, pre, now, mode)
         r = self.ranking(pre, now, mode)
         cluster = self.cluster
         own: NodeEval | None = None

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import decision as decision_mod
-from engine import default, quantity, resources
+from engine import default, interpod, quantity, resources
 from engine import index as index_mod
 from engine.cluster import Cluster, NodeState
 from engine.config import Config
@@ -584,6 +584,21 @@ def decide(
             UNSCHEDULABLE,
             f"quota admission fails for {first['resource']}: {first['formula']} "
             f"({first['value']} > {first['limit']})",
+        )
+
+    constrained = [m.key for m in members if interpod.Filters(cluster, m).active]
+    if constrained:
+        # The job flow places members on per-member views of its own (capacity taken by the
+        # members placed before) that the inter-pod filters do not read yet: answering from
+        # resources alone could evict for a member kube-scheduler still will not place.
+        # Never `fits` or `preempt` then; the reason says what is not modelled
+        # (docs/semantics.md §10).
+        explanation["notModelled"] = constrained
+        return make(
+            UNSCHEDULABLE,
+            f"not modelled: {constrained[0]} has host ports, required pod (anti-)affinity or "
+            "topology spread, or an existing pod's anti-affinity applies to it, which the job "
+            "flow does not evaluate",
         )
 
     nominees = _nominees(cluster, members)

@@ -486,6 +486,21 @@ def evaluate_node(
     greedy = default.evaluate_node(cluster, state, pre, now, ordered)
     if greedy.status != CANDIDATE:
         return greedy
+    if pre.filters is not None:
+        # The search trades pods by the resources they free; with inter-pod filters a pod
+        # also matters by its labels and ports, which it does not model. Such a preemptor
+        # keeps the default reprieve's set, ranked by minimal's key (docs/semantics.md §7).
+        key = disruption_key(cluster, greedy.victims)
+        return NodeEval(
+            state.node.name,
+            CANDIDATE,
+            victims=greedy.victims,
+            violations=key[0],
+            key=key,
+            expires=greedy.expires,
+            potential=greedy.potential,
+            pdbs=greedy.pdbs,
+        )
     potential, _ = default.potential_victims(cluster, state, pre, now, ordered)
     free = default.free_for(cluster, state, pre)
     deficit = {k: v - free.get(k, 0) for k, v in pre.requests.items() if v > free.get(k, 0)}

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from engine import quantity, timeutil
+from engine import constraints, quantity, timeutil
 from engine.errors import InvalidObject, InvalidQuantity
 from engine.selectors import LabelSelector, NodeSelectorTerm, parse_required_affinity
 
@@ -92,6 +92,9 @@ class Pod:
     tolerations: tuple[Toleration, ...]
     node_selector: tuple[tuple[str, str], ...]
     required_affinity: tuple[NodeSelectorTerm, ...] | None
+    # Host ports, required pod (anti-)affinity, topology spread (engine.constraints), or
+    # None: what the inter-pod filters read (engine.interpod).
+    scheduling: constraints.Scheduling | None
     raw: Mapping[str, Any] = field(compare=False, repr=False)
     # The cluster filled `priority` from the PriorityClass (spec.priority was not written);
     # a record derived from this one (dataclasses.replace) keeps the flag. Not compared:
@@ -342,6 +345,7 @@ _SpecFields = tuple[
     tuple[Toleration, ...],
     tuple[tuple[str, str], ...],
     tuple[NodeSelectorTerm, ...] | None,
+    constraints.Scheduling | None,
 ]
 
 
@@ -418,6 +422,7 @@ def _spec_fields(spec: Mapping[str, Any], where: str) -> _SpecFields:
         else (),
         tuple(sorted(_str_map(selector, f"{where} nodeSelector").items())) if selector is not None else (),
         parse_required_affinity(spec, where=where) if spec.get("affinity") else None,
+        constraints.parse(spec, where),
     )
 
 
@@ -536,12 +541,15 @@ def pod(obj: Mapping[str, Any], previous: Pod | None = None) -> Pod:
             previous.tolerations,
             previous.node_selector,
             previous.required_affinity,
+            # Parsed again, not lent: the record's own is resolved against labels that may
+            # have changed since (matchLabelKeys). Only pods with such requirements pay.
+            None if previous.scheduling is None else constraints.parse(spec, where),
         )
     else:
         key = _spec_key(spec)
         hit = _SPECS.get(key) if key else None
         fields = hit if hit is not None else _memo(_SPECS, key, _spec_fields, spec, where)
-    klass, policy, requests, qos, grace, tolerations, node_selector, affinity = fields
+    klass, policy, requests, qos, grace, tolerations, node_selector, affinity, scheduling = fields
     before_meta = before.get("metadata") if before is not None else None
     labels_raw = meta.get("labels")
     annotations_raw = meta.get("annotations")
@@ -578,6 +586,8 @@ def pod(obj: Mapping[str, Any], previous: Pod | None = None) -> Pod:
         if state == "True":
             scheduled_true = True
             scheduled_at = timeutil.parse_optional(scheduled.get("lastTransitionTime"))
+            if scheduled_at is None:  # Go's zero time, as PreemptionToleration reads it: long scheduled
+                scheduled_at = timeutil.GO_ZERO
         elif state == "False":
             scheduled_false = True
             unschedulable_since = timeutil.parse_optional(scheduled.get("lastTransitionTime"))
@@ -625,6 +635,7 @@ def pod(obj: Mapping[str, Any], previous: Pod | None = None) -> Pod:
         tolerations,
         node_selector,
         affinity,
+        scheduling.resolve(namespace, labels) if scheduling is not None else None,
         obj,
     )
 

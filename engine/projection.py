@@ -52,6 +52,7 @@ def keys(*names: str, prefixes: tuple[str, ...] = ()) -> _Keys:
 
 _IDENTITY = {"name": True, "namespace": True, "uid": True, "resourceVersion": True}
 _RESOURCES = {"requests": True, "limits": True}  # limits: the QoS class
+_HOST_PORT = {"hostPort": True, "protocol": True, "hostIP": True}  # NodePorts (engine.constraints)
 
 FIELDS: Mapping[str, Mapping[str, Spec]] = {
     "Pod": {
@@ -73,10 +74,29 @@ FIELDS: Mapping[str, Mapping[str, Spec]] = {
             "terminationGracePeriodSeconds": True,
             "nodeSelector": True,
             "tolerations": each({"key": True, "operator": True, "value": True, "effect": True}),
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": True}},
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": True},
+                # Required terms only (engine.constraints): preferred ones only score.
+                "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": True},
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": True},
+            },
+            "topologySpreadConstraints": each(
+                {
+                    "maxSkew": True,
+                    "topologyKey": True,
+                    "whenUnsatisfiable": True,
+                    "labelSelector": True,
+                    "minDomains": True,
+                    "nodeAffinityPolicy": True,
+                    "nodeTaintsPolicy": True,
+                    "matchLabelKeys": True,
+                }
+            ),
             "overhead": True,
-            "containers": each({"name": True, "resources": _RESOURCES}),
-            "initContainers": each({"name": True, "resources": _RESOURCES, "restartPolicy": True}),
+            "containers": each({"name": True, "resources": _RESOURCES, "ports": each(_HOST_PORT)}),
+            "initContainers": each(
+                {"name": True, "resources": _RESOURCES, "restartPolicy": True, "ports": each(_HOST_PORT)}
+            ),
         },
         "status": {
             "phase": True,

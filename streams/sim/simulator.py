@@ -30,10 +30,9 @@ from typing import Any
 import orjson
 
 from engine import cluster as cluster_mod
-from engine import objects, timeutil
+from engine import default, objects, timeutil
 from engine.cluster import Cluster
 from engine.config import Config
-from engine.default import Preemptor
 from engine.errors import EngineError
 from engine.index import Index
 from engine.objects import Pod
@@ -304,9 +303,9 @@ class Simulator:
             key=lambda p: (-self.view.priority(p), p.created or 0, p.uid),
         )
         for pod in pending:
-            scan = self._index.scan(
-                Preemptor(pod, self.view.priority(pod), pod.requests), self._now, "kubernetes"
-            )
+            # With the inter-pod filters (default.preemptor): a pod whose host port, pod
+            # (anti-)affinity or spread kube-scheduler would refuse stays unbound here too.
+            scan = self._index.scan(default.preemptor(self.view, pod), self._now, "kubernetes")
             raw = copy.deepcopy(self.raw[pod.uid])
             status = raw.setdefault("status", {})
             if scan.fitting is not None:
