@@ -101,8 +101,10 @@ def build(cluster: Cluster, state: NodeState, pods: list[Pod]) -> Summary:
             if klass not in policies:
                 policies[klass] = cluster.policy(klass)
             policy = policies[klass]
-            # A class with 0 seconds protects only pods not scheduled yet (toleration.tolerates).
-            if policy is not None and (policy.toleration_seconds != 0 or pod.scheduled_at is None):
+            # Every pod of a class with a policy: even 0 seconds protect a pod not scheduled yet,
+            # or scheduled at a time still ahead of now (toleration.tolerates); `withheld` stops
+            # at the first window already closed.
+            if policy is not None:
                 until = toleration.expires_at(policy, scheduled_at=pod.scheduled_at)
                 out.tolerant.append((FOREVER if until is None else until, pod, policy))
     out.tolerant.sort(key=lambda t: (-t[0], t[1].uid))

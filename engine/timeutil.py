@@ -15,6 +15,8 @@ SECOND = 1_000_000
 # A pod without a start time is treated as started "now" by Kubernetes; a fixed
 # latest instant gives the same order without making decisions depend on time.
 NEVER = 2**62
+# Go's zero time.Time, 0001-01-01T00:00:00Z: what a metav1.Time left unset reads as upstream.
+GO_ZERO = -62_135_596_800 * SECOND
 
 
 # Parsed instants by text: a log repeats the same timestamps many times over.

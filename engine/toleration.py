@@ -8,6 +8,7 @@ before counting a pod as a potential victim.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -25,7 +26,7 @@ SECONDS = "toleration-seconds"
 @dataclass(frozen=True, slots=True)
 class Policy:
     minimum_preemptable_priority: int
-    toleration_seconds: int  # < 0: forever; 0: none once scheduled
+    toleration_seconds: int  # < 0: forever; otherwise from the PodScheduled time, boundary included
 
 
 class PolicyError(ValueError):
@@ -39,15 +40,34 @@ def _annotation(annotations: Mapping[str, str], name: str) -> str | None:
     return None
 
 
+# Go's strconv.ParseInt(s, 10, bits) syntax: an optional sign, then ASCII digits only (no
+# whitespace, no underscores, no other Unicode digits, which Python's int() would all accept).
+_GO_DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_go_int(text: str, bits: int) -> int:
+    """`strconv.ParseInt(text, 10, bits)`: ValueError on bad syntax or a value out of range."""
+    if not _GO_DECIMAL.fullmatch(text):
+        raise ValueError(f"invalid syntax: {text!r}")
+    out = int(text)
+    if not -(1 << (bits - 1)) <= out < 1 << (bits - 1):
+        raise ValueError(f"value out of range for int{bits}: {text!r}")
+    return out
+
+
 def parse_policy(value: int, annotations: Mapping[str, str]) -> Policy | None:
-    """The class's policy, None when it has none; PolicyError when an annotation is unparsable."""
+    """The class's policy, None when it has none; PolicyError when an annotation is unparsable.
+
+    Read as the plugin's parsePreemptionTolerationPolicy reads them: the minimum as a
+    32-bit and the seconds as a 64-bit decimal integer in Go's syntax (`parse_go_int`).
+    """
     minimum = _annotation(annotations, MINIMUM)
     seconds = _annotation(annotations, SECONDS)
     if minimum is None and seconds is None:
         return None
     try:
-        min_value = value + 1 if minimum is None else int(minimum.strip())
-        sec_value = 0 if seconds is None else int(seconds.strip())
+        min_value = value + 1 if minimum is None else parse_go_int(minimum, 32)
+        sec_value = 0 if seconds is None else parse_go_int(seconds, 64)
     except ValueError as exc:
         raise PolicyError(f"unparsable preemption toleration annotation: {exc}") from exc
     return Policy(min_value, sec_value)
@@ -72,15 +92,19 @@ def tolerates(
         # Not (yet) scheduled (no PodScheduled=True): the toleration window has not even
         # started, whatever its length; upstream's ExemptedFromPreemption asks this before
         # it reads toleration-seconds, so even a class with 0 seconds protects such a pod.
+        # (PodScheduled=True without a time is scheduled at Go's zero time: `objects`.)
         return True
-    if policy.toleration_seconds == 0:
-        return False
     # Inclusive boundary: a pod scheduled exactly toleration-seconds ago is still protected.
+    # No case for 0 seconds: as upstream, a PodScheduled time still ahead of `now` (a skewed
+    # clock) protects the pod until then.
     return now - scheduled_at <= policy.toleration_seconds * timeutil.SECOND
 
 
 def expires_at(policy: Policy | None, *, scheduled_at: int | None) -> int | None:
-    """The instant after which `tolerates` turns false for a bounded window, else None."""
-    if policy is None or policy.toleration_seconds <= 0 or scheduled_at is None:
+    """The instant after which `tolerates` turns false for a bounded window, else None.
+
+    The window's last protected instant (inclusive); with 0 seconds, the PodScheduled time itself.
+    """
+    if policy is None or policy.toleration_seconds < 0 or scheduled_at is None:
         return None
     return scheduled_at + policy.toleration_seconds * timeutil.SECOND

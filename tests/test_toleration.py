@@ -1,6 +1,6 @@
 import pytest
 
-from engine import timeutil, toleration
+from engine import objects, timeutil, toleration
 
 X = "preemption-toleration.scheduling.x-k8s.io/"
 SIGS = "preemption-toleration.scheduling.sigs.k8s.io/"
@@ -35,6 +35,48 @@ def test_unparsable_annotation_is_an_error(bad: str) -> None:
         toleration.parse_policy(1, {X + "toleration-seconds": bad})
 
 
+# Issue 28, 6: Go's strconv.ParseInt(s, 10, bits), not Python's int(s.strip()): each of these
+# protected pods in preemptctl and none upstream, where an unparsable policy protects nothing.
+NOT_GO_INTEGERS = [
+    " 2000",
+    "2000 ",
+    "2000\n",
+    "\t5",
+    "100_000",
+    "\uff12\uff10\uff10\uff10",  # full-width digits
+    "\u0662",  # Arabic-Indic digit two
+    "+",
+    "-",
+    "0x10",
+    "1e3",
+    "++1",
+]
+
+
+@pytest.mark.parametrize("bad", NOT_GO_INTEGERS)
+@pytest.mark.parametrize("name", ["minimum-preemptable-priority", "toleration-seconds"])
+def test_annotations_are_read_as_go_integers(name: str, bad: str) -> None:
+    with pytest.raises(toleration.PolicyError):
+        toleration.parse_policy(1, {X + name: bad})
+
+
+def test_go_integer_syntax_and_ranges() -> None:
+    parse = toleration.parse_policy
+    assert parse(1, {X + "minimum-preemptable-priority": "+2000"}) == toleration.Policy(2000, 0)
+    assert parse(1, {X + "minimum-preemptable-priority": "-0007"}) == toleration.Policy(-7, 0)
+    # minimum-preemptable-priority is an int32, toleration-seconds an int64.
+    assert parse(1, {X + "minimum-preemptable-priority": str(2**31 - 1)}) == toleration.Policy(2**31 - 1, 0)
+    assert parse(1, {X + "minimum-preemptable-priority": str(-(2**31))}) == toleration.Policy(-(2**31), 0)
+    for bad in (str(2**31), str(-(2**31) - 1), str(2**63)):
+        with pytest.raises(toleration.PolicyError):
+            parse(1, {X + "minimum-preemptable-priority": bad})
+    assert parse(1, {X + "toleration-seconds": str(2**63 - 1)}) == toleration.Policy(2, 2**63 - 1)
+    assert parse(1, {X + "toleration-seconds": str(-(2**63))}) == toleration.Policy(2, -(2**63))
+    for bad in (str(2**63), str(-(2**63) - 1)):
+        with pytest.raises(toleration.PolicyError):
+            parse(1, {X + "toleration-seconds": bad})
+
+
 def test_rules() -> None:
     p = toleration.Policy(200, 100)
     assert _tolerates(p, pre=199, ago=10)
@@ -42,11 +84,44 @@ def test_rules() -> None:
     assert not _tolerates(p, pre=199, ago=101)
     assert not _tolerates(p, pre=200, ago=10)  # at the minimum: not tolerated
     assert _tolerates(p, pre=199, ago=None)  # not scheduled yet
-    assert not _tolerates(toleration.Policy(200, 0), pre=199, ago=0)  # 0 = no toleration once scheduled
-    # ...but a pod not scheduled yet tolerates whatever the seconds: upstream's
+    zero = toleration.Policy(200, 0)
+    assert not _tolerates(zero, pre=199, ago=1)  # 0 = no toleration once scheduled...
+    assert _tolerates(zero, pre=199, ago=0)  # ...past the (inclusive) boundary, the scheduled instant
+    # No special case for 0 (issue 28, 6): a PodScheduled time ahead of now (a skewed clock)
+    # protects the pod, as upstream's scheduledAt + 0 s is after now.
+    assert _tolerates(zero, pre=199, ago=-30)
+    assert not _tolerates(zero, pre=200, ago=-30)  # not below the minimum
+    assert toleration.expires_at(zero, scheduled_at=NOW) == NOW
+    # A pod not scheduled yet tolerates whatever the seconds: upstream's
     # ExemptedFromPreemption checks PodScheduled=True before it reads toleration-seconds.
     assert _tolerates(toleration.Policy(200, 0), pre=199, ago=None)
     assert not _tolerates(toleration.Policy(200, 0), pre=200, ago=None)  # not below the minimum
     assert _tolerates(toleration.Policy(200, -1), pre=199, ago=10**9)  # negative = forever
     assert not _tolerates(p, pre=100, ago=10, victim=100)  # equal priority is never a victim anyway
     assert toleration.expires_at(p, scheduled_at=NOW) == NOW + 100 * timeutil.SECOND
+
+
+def test_scheduled_without_a_transition_time_counts_from_gos_zero_time() -> None:
+    """Issue 28, 6: PodScheduled=True without lastTransitionTime reads as 0001-01-01T00:00:00Z
+    upstream (a metav1.Time left unset), long past any window: not protected. Not as "not
+    scheduled yet", which protects whatever the seconds."""
+    raw = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "v", "namespace": "default", "uid": "v-uid"},
+        "spec": {"nodeName": "n1", "priorityClassName": "guarded", "containers": []},
+        "status": {"conditions": [{"type": "PodScheduled", "status": "True"}]},
+    }
+    pod = objects.pod(raw)
+    assert pod.scheduled_at == timeutil.GO_ZERO == timeutil.parse("0001-01-01T00:00:00Z")
+    policy = toleration.Policy(200, 3600)
+    assert not toleration.tolerates(
+        policy, victim_priority=1, preemptor_priority=199, scheduled_at=pod.scheduled_at, now=NOW
+    )
+    # Without PodScheduled=True at all the pod is not scheduled yet: it still tolerates.
+    raw["status"]["conditions"] = []
+    unscheduled = objects.pod(raw)
+    assert unscheduled.scheduled_at is None
+    assert toleration.tolerates(
+        policy, victim_priority=1, preemptor_priority=199, scheduled_at=unscheduled.scheduled_at, now=NOW
+    )

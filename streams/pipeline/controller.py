@@ -492,7 +492,7 @@ class Controller:
         """
         since, self.toleration_checked = self.toleration_checked, now
         if not self.retry or not any(
-            (p := self.cluster.policy(name)) is not None and p.toleration_seconds > 0
+            (p := self.cluster.policy(name)) is not None and p.toleration_seconds >= 0
             for name in self.cluster.priority_classes
         ):
             return
