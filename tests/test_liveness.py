@@ -414,7 +414,18 @@ def busy_logs(draw: st.DrawFn) -> list[dict[str, Any]]:
     rv = 0
     window = draw(st.sampled_from((0, 1, 3, 10)))  # toleration-seconds; 0: no policy at all
     ends: list[float] = []  # the tolerant victims' windows' last protected instants
-    choices = ("pending", "pending", "bound", "delete", "node", "pdb", "tick", "tick", "outcome", "resync")
+    choices: tuple[str, ...] = (
+        "pending",
+        "pending",
+        "bound",
+        "delete",
+        "node",
+        "pdb",
+        "tick",
+        "tick",
+        "outcome",
+        "resync",
+    )
     if window:
         choices += ("tolerant", "window-end", "window-end")
         policy = gen.tolerant_class()  # tolerates preemptors below 1000: p* of priority 100
@@ -505,7 +516,7 @@ def boundary_logs(draw: st.DrawFn) -> list[dict[str, Any]]:
     annotations = policy["metadata"]["annotations"]
     annotations["preemption-toleration.scheduling.x-k8s.io/toleration-seconds"] = str(window)
     objects = [policy, gen.node("n1", 2, 8, 110)]
-    events = [{"ts": ts(0), "type": "ADDED", "object": o} for o in objects]
+    events: list[dict[str, Any]] = [{"ts": ts(0), "type": "ADDED", "object": o} for o in objects]
     at = 0.0
     ends: list[float] = []
     for _ in range(draw(st.integers(3, 40))):

@@ -1,3 +1,5 @@
+from typing import Any
+
 import pytest
 
 from engine import objects, timeutil, toleration
@@ -105,7 +107,7 @@ def test_scheduled_without_a_transition_time_counts_from_gos_zero_time() -> None
     """Issue 28, 6: PodScheduled=True without lastTransitionTime reads as 0001-01-01T00:00:00Z
     upstream (a metav1.Time left unset), long past any window: not protected. Not as "not
     scheduled yet", which protects whatever the seconds."""
-    raw = {
+    raw: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "v", "namespace": "default", "uid": "v-uid"},
