@@ -980,6 +980,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="act only for preemptors of this scheduler (repeatable; the source's --scheduler-name): "
         "any other decision is refused, no victim touched (default: any scheduler)",
     )
+    parser.add_argument(
+        "--protected-namespaces",
+        type=_namespaces,
+        default=DEFAULT_PROTECTED_NAMESPACES,
+        metavar="NS[,NS...]",
+        help="never take a victim in these namespaces: a decision naming one is refused whole, no "
+        f"victim touched ('' for none; default {','.join(DEFAULT_PROTECTED_NAMESPACES)})",
+    )
+    parser.add_argument(
+        "--max-victims",
+        type=_positive,
+        default=DEFAULT_MAX_VICTIMS,
+        metavar="N",
+        help=f"refuse a decision naming more victims than this (default {DEFAULT_MAX_VICTIMS})",
+    )
     signing.add_verification_arguments(
         parser, what="refuse (dead-letter) decisions not signed by an accepted key"
     )
@@ -995,6 +1010,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     component.add_runtime_arguments(parser)
     lag.add_arguments(parser)  # the worker's lag, measured from outside the worker
     parser.set_defaults(func=cmd_actuator)
+
+
+def _namespaces(value: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    bad = [n for n in names if not _dns_label(n)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"not a namespace name: {bad[0][:80]!r}")
+    return names
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value[:40]!r}")
+    return number
 
 
 def cmd_actuator(args: argparse.Namespace) -> int:
@@ -1050,6 +1083,8 @@ async def _serve(
                     scope=tuple(sorted(set(args.scheduler_name))) or None,
                     topics=Topics.of(layout.names),
                     preemptor_events=announcer,
+                    protected_namespaces=args.protected_namespaces,
+                    max_victims=args.max_victims,
                 )
                 lagging = lag.start(kafka, args, topic=layout.names.cluster_events)
                 try:
