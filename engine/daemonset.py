@@ -230,9 +230,12 @@ def decide(cluster: Cluster, pod: Pod, *, now: int, config: Config) -> Decision:
     explanation["free"] = resources.render({k: v for k, v in free.items() if k in pod.requests})
     filters = interpod.Filters(cluster, pod)
     nominated = default.nominated_pods(cluster, state.node.name, pre) if filters.active else []
+    view = filters.view(state, nominated)
+    for mine in own.values():
+        view.remove(mine)
     if filters.active:
         # Host ports, pod (anti-)affinity and spread on the required node (engine.interpod).
-        status = filters.cycle_status(state, resources.fits(pod.requests, free), nominated, own)
+        status = view.status(resources.fits(pod.requests, free))
         if status is None:
             return make(FITS, f"fits on {node} without preemption", node=node)
         if status[0] == interpod.UNRESOLVABLE:
@@ -289,7 +292,11 @@ def decide(cluster: Cluster, pod: Pod, *, now: int, config: Config) -> Decision:
         attempts.append({"strategy": strategy, "result": result})
         if victims is not None and filters.active:
             victims = [*required, *victims]
-            blocked = filters.blocked(state, {**own, **{p.uid: p for p in victims}}, nominated)
+            for victim in victims:
+                view.remove(victim)
+            blocked = view.status(True)
+            for victim in victims:
+                view.add(victim)
             if blocked is not None:
                 return make(UNSCHEDULABLE, f"required node {node}: {blocked[1]} even with its victims gone")
         if victims:

@@ -208,16 +208,16 @@ def _evaluate_filtered(
     "fits" is the resources and every filter, with the nominated pods and without them."""
     name = state.node.name
     free = free_for(cluster, state, pre)
-    nominated = nominated_pods(cluster, name, pre)
-    status = filters.cycle_status(state, resources.fits(pre.requests, free), nominated)
+    view = filters.view(state, nominated_pods(cluster, name, pre))
+    status = view.status(resources.fits(pre.requests, free))
     if status is None:
         return NodeEval(name, FITS, "fits without preemption")
     if status[0] == interpod.UNRESOLVABLE:
         return NodeEval(name, REJECTED, status[1])
     potential, expires = potential_victims(cluster, state, pre, now, ordered)
-    removed = {pod.uid: pod for pod in potential}
     for pod in potential:
         resources.add(free, pod.requests)
+        view.remove(pod)
     if not resources.fits(pre.requests, free):
         missing = resources.shortfall(pre.requests, free)
         return NodeEval(
@@ -227,7 +227,7 @@ def _evaluate_filtered(
             f"(short {', '.join(f'{k} {v}' for k, v in missing.items())})",
             expires=expires,
         )
-    blocked = filters.blocked(state, removed, nominated)
+    blocked = view.status(True)
     if blocked is not None:
         return NodeEval(
             name,
@@ -248,13 +248,10 @@ def _evaluate_filtered(
                 continue
             tried.append((pod, v))
             resources.sub(free, pod.requests)
-            del removed[pod.uid]
-            if (
-                not resources.fits(pre.requests, free)
-                or filters.blocked(state, removed, nominated) is not None
-            ):
+            view.add(pod)
+            if not resources.fits(pre.requests, free) or view.status(True) is not None:
                 resources.add(free, pod.requests)
-                removed[pod.uid] = pod
+                view.remove(pod)
                 victims.append(pod)
     victims.sort(key=lambda p: importance(cluster, p))
     violations = sum(pdb_violating(cluster, victims)) if read else 0
@@ -339,17 +336,15 @@ def waiting_on_nominated(cluster: Cluster, pre: Preemptor) -> str | None:
     state = cluster.nodes.get(nominated)
     if state is None or placement.before_ports(state.node, pre.pod) is not None:
         return None
-    filters = pre.filters
-    others = nominated_pods(cluster, nominated, pre) if filters is not None else []
+    view = pre.filters.view(state, nominated_pods(cluster, nominated, pre)) if pre.filters else None
     # Filters run in upstream order and the first failure is the node's status: a host-port
     # conflict (Unschedulable) comes before NodeResourcesFit, so a too-small node whose
     # ports clash still holds the preemptor; spread and pod affinity come after it.
-    if filters is None or not filters.ports_conflict(state, {}, others):
+    if view is None or not view.ports_blocked():
         if placement.too_small(state.node, pre.pod) is not None:
             return None
-        if filters is not None:
-            free = free_for(cluster, state, pre)
-            status = filters.cycle_status(state, resources.fits(pre.requests, free), others)
+        if view is not None:
+            status = view.status(resources.fits(pre.requests, free_for(cluster, state, pre)))
             if status is not None and status[0] == interpod.UNRESOLVABLE:
                 return None
     for pod in sorted(state.pods.values(), key=lambda p: p.uid):

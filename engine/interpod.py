@@ -158,90 +158,9 @@ class Filters:
 
     # ---- Filter ------------------------------------------------------------------------
 
-    def ports_conflict(self, state: NodeState, minus: Mapping[str, Pod], plus: Sequence[Pod]) -> bool:
-        if not self.ports:
-            return False
-        for q in (*(p for uid, p in state.pods.items() if uid not in minus), *plus):
-            if q.scheduling is not None and q.scheduling.ports:
-                for have in q.scheduling.ports:
-                    for want in self.ports:
-                        if want.conflicts(have):
-                            return True
-        return False
-
-    def others(self, state: NodeState, minus: Mapping[str, Pod], plus: Sequence[Pod]) -> Status | None:
-        """PodTopologySpread, then InterPodAffinity, on `state` less `minus` plus `plus`."""
-        labels = state.node.labels
-        moved = [(q, -1) for q in minus.values()] + [(q, 1) for q in plus]
-        pod = self.pod
-        for sp in self.spread:
-            c = sp.constraint
-            value = labels.get(c.topology_key)
-            if value is None:
-                return UNRESOLVABLE, SPREAD_KEY
-            count = sp.counts.get(value, 0)
-            if moved and self._eligible(c, state.node):
-                # upstream's updateWithPod: no deletionTimestamp check, unlike the count
-                count += sum(by for q, by in moved if q.namespace == pod.namespace and c.matches(q.labels))
-            if len(sp.counts) < c.min_domains:
-                low = 0
-            else:
-                low = next((n for n, v in sp.lowest if v != value), count)
-                if value in sp.counts:
-                    low = min(low, count)
-            if count + (1 if c.matches(pod.labels) else 0) - low > c.max_skew:
-                return UNSCHEDULABLE, SPREAD
-        if self.affinity or self.anti:
-            aff = self.affinity_counts
-            anti = self.anti_counts
-            if moved:
-                aff, anti = dict(aff), dict(anti)
-                for q, by in moved:
-                    self._count_incoming(q, state.node, by, aff, anti)
-            if self.affinity:
-                exist = True
-                for t in self.affinity:
-                    value = labels.get(t.topology_key)
-                    if value is None:
-                        return UNRESOLVABLE, AFFINITY
-                    if aff.get((t.topology_key, value), 0) <= 0:
-                        exist = False
-                if not exist and not (not aff and self.self_affine):
-                    return UNRESOLVABLE, AFFINITY
-            for t in self.anti:
-                value = labels.get(t.topology_key)
-                if value is not None and anti.get((t.topology_key, value), 0) > 0:
-                    return UNSCHEDULABLE, ANTI
-        existing = self.existing
-        if moved:
-            changed = [(q, by, self._against_me(q)) for q, by in moved]
-            if any(terms for _, _, terms in changed):
-                existing = dict(existing)
-                for _, by, terms in changed:
-                    for t in terms:
-                        value = labels.get(t.topology_key)
-                        if value is not None:
-                            _bump(existing, (t.topology_key, value), by)
-        if existing:
-            for pair in existing.items():
-                (key, value), n = pair
-                if n > 0 and labels.get(key) == value:
-                    return UNSCHEDULABLE, EXISTING_ANTI
-        return None
-
-    def blocked(self, state: NodeState, minus: Mapping[str, Pod], nominated: Sequence[Pod]) -> Status | None:
-        """Why the preemptor cannot go to `state` less `minus` (resources aside), or None.
-
-        Both passes of RunFilterPluginsWithNominatedPods: with the nominated pods
-        added, then without them.
-        """
-        for plus in (nominated, NONE) if nominated else (NONE,):
-            if self.ports_conflict(state, minus, plus):
-                return UNSCHEDULABLE, PORTS
-            why = self.others(state, minus, plus)
-            if why is not None:
-                return why
-        return None
+    def view(self, state: NodeState, nominated: Sequence[Pod] = NONE) -> NodeView:
+        """`state` as preemption changes it, with the counts kept as pods leave and come back."""
+        return NodeView(self, state, nominated)
 
     def blockers(self, state: NodeState, minus: Mapping[str, Pod]) -> list[Pod]:
         """Pods of this node that hold a port the preemptor wants, match its anti-affinity, or
@@ -261,22 +180,181 @@ class Filters:
                 out.append(q)
         return out
 
-    def cycle_status(
-        self,
-        state: NodeState,
-        resources_fit: bool,
-        nominated: Sequence[Pod],
-        minus: Mapping[str, Pod] | None = None,
-    ) -> Status | None:
-        """The scheduling cycle's first failing filter on this node, in upstream order
-        (NodePorts, NodeResourcesFit, PodTopologySpread, InterPodAffinity); None: it fits."""
-        minus = {} if minus is None else minus
-        for plus in (nominated, NONE) if nominated else (NONE,):
-            if self.ports_conflict(state, minus, plus):
-                return UNSCHEDULABLE, PORTS
-            if not resources_fit:
-                return UNSCHEDULABLE, ""
-            why = self.others(state, minus, plus)
-            if why is not None:
-                return why
+
+@dataclass(slots=True)
+class _Part:
+    """One pod's part in the counts at one node (upstream's updateWithPod, per plugin)."""
+
+    ports: tuple[HostPort, ...]
+    spread: tuple[int, ...]  # per constraint: 1 where the pod counts for it here
+    affinity: tuple[Pair, ...]
+    anti: tuple[Pair, ...]
+    existing: tuple[Pair, ...]
+
+
+class NodeView:
+    """One node with pods taken away (`remove`) and given back (`add`), and the filters' verdict
+    on it (`status`): each change costs one pod's part, not a recount."""
+
+    def __init__(self, filters: Filters, state: NodeState, nominated: Sequence[Pod]) -> None:
+        self.f = filters
+        self.state = state
+        node = state.node
+        self.labels = labels = node.labels
+        self.eligible = tuple(filters._eligible(sp.constraint, node) for sp in filters.spread)
+        self._parts: dict[str, _Part] = {}
+        # The node's own pods' ports, counted: a port held twice is freed by neither alone.
+        self.ports: dict[HostPort, int] = {}
+        if filters.ports:
+            for q in state.pods.values():
+                if q.scheduling is not None:
+                    for port in q.scheduling.ports:
+                        self.ports[port] = self.ports.get(port, 0) + 1
+        self.spread = [0] * len(filters.spread)
+        self.affinity: dict[Pair, int] = {}
+        self.anti: dict[Pair, int] = {}
+        self.existing: dict[Pair, int] = {}
+        # This node's pairs, and whether any other pair holds an affinity count (upstream's
+        # "no pod in the cluster matches" exception looks at the whole map).
+        self.own_affinity = {
+            (t.topology_key, labels[t.topology_key]) for t in filters.affinity if t.topology_key in labels
+        }
+        self.affinity_elsewhere = any(p not in self.own_affinity for p in filters.affinity_counts)
+        self.existing_here = [p for p in filters.existing if labels.get(p[0]) == p[1]]
+        self.nominated = [self.part(q) for q in nominated]
+
+    def part(self, q: Pod) -> _Part:
+        held = self._parts.get(q.uid)
+        if held is not None:
+            return held
+        f, labels, pod = self.f, self.labels, self.f.pod
+        sched = q.scheduling
+        affinity: tuple[Pair, ...] = ()
+        if f.affinity and all(t.matches(q.namespace, q.labels) for t in f.affinity):
+            affinity = tuple(
+                (t.topology_key, labels[t.topology_key]) for t in f.affinity if t.topology_key in labels
+            )
+        made = _Part(
+            sched.ports if sched is not None and f.ports else (),
+            tuple(
+                1 if ok and q.namespace == pod.namespace and sp.constraint.matches(q.labels) else 0
+                for sp, ok in zip(f.spread, self.eligible, strict=True)
+            ),
+            affinity,
+            tuple(
+                (t.topology_key, labels[t.topology_key])
+                for t in f.anti
+                if t.topology_key in labels and t.matches(q.namespace, q.labels)
+            ),
+            tuple(
+                (t.topology_key, labels[t.topology_key]) for t in f._against_me(q) if t.topology_key in labels
+            ),
+        )
+        self._parts[q.uid] = made
+        return made
+
+    def _apply(self, part: _Part, by: int) -> None:
+        for port in part.ports:
+            self.ports[port] = self.ports.get(port, 0) + by
+        for i, n in enumerate(part.spread):
+            if n:
+                self.spread[i] += by
+        for pair in part.affinity:
+            self.affinity[pair] = self.affinity.get(pair, 0) + by
+        for pair in part.anti:
+            self.anti[pair] = self.anti.get(pair, 0) + by
+        for pair in part.existing:
+            self.existing[pair] = self.existing.get(pair, 0) + by
+
+    def remove(self, q: Pod) -> None:
+        self._apply(self.part(q), -1)
+
+    def add(self, q: Pod) -> None:
+        self._apply(self.part(q), 1)
+
+    def status(self, resources_fit: bool) -> Status | None:
+        """The first failing filter, in upstream order (NodePorts, NodeResourcesFit,
+        PodTopologySpread, InterPodAffinity), over both passes of
+        RunFilterPluginsWithNominatedPods (with the nominated pods, then without); None: all pass.
+        `resources_fit` is NodeResourcesFit's verdict (of the first pass)."""
+        if not self.nominated:
+            return self._check(resources_fit)
+        for part in self.nominated:
+            self._apply(part, 1)
+        try:
+            why = self._check(resources_fit)
+        finally:
+            for part in self.nominated:
+                self._apply(part, -1)
+        return why if why is not None else self._check(True)
+
+    def ports_blocked(self) -> bool:
+        """NodePorts alone, first pass (with the nominated pods)."""
+        for part in self.nominated:
+            self._apply(part, 1)
+        try:
+            return self._ports_blocked()
+        finally:
+            for part in self.nominated:
+                self._apply(part, -1)
+
+    def _ports_blocked(self) -> bool:
+        for want in self.f.ports:
+            for have, n in self.ports.items():
+                if n > 0 and want.conflicts(have):
+                    return True
+        return False
+
+    def _check(self, resources_fit: bool) -> Status | None:
+        f, labels = self.f, self.labels
+        if f.ports and self._ports_blocked():
+            return UNSCHEDULABLE, PORTS
+        if not resources_fit:
+            return UNSCHEDULABLE, ""
+        pod_labels = f.pod.labels
+        for i, sp in enumerate(f.spread):
+            c = sp.constraint
+            value = labels.get(c.topology_key)
+            if value is None:
+                return UNRESOLVABLE, SPREAD_KEY
+            count = sp.counts.get(value, 0) + self.spread[i]
+            if len(sp.counts) < c.min_domains:
+                low = 0
+            else:
+                low = next((n for n, v in sp.lowest if v != value), count)
+                if value in sp.counts:
+                    low = min(low, count)
+            if count + (1 if c.matches(pod_labels) else 0) - low > c.max_skew:
+                return UNSCHEDULABLE, SPREAD
+        if f.affinity:
+            base, delta = f.affinity_counts, self.affinity
+            exist = True
+            for t in f.affinity:
+                value = labels.get(t.topology_key)
+                if value is None:
+                    return UNRESOLVABLE, AFFINITY
+                pair = (t.topology_key, value)
+                if base.get(pair, 0) + delta.get(pair, 0) <= 0:
+                    exist = False
+            if not exist:
+                empty = not self.affinity_elsewhere and all(
+                    base.get(p, 0) + delta.get(p, 0) == 0 for p in self.own_affinity
+                )
+                if not (empty and f.self_affine):
+                    return UNRESOLVABLE, AFFINITY
+        if f.anti:
+            base, delta = f.anti_counts, self.anti
+            for t in f.anti:
+                value = labels.get(t.topology_key)
+                if value is not None:
+                    pair = (t.topology_key, value)
+                    if base.get(pair, 0) + delta.get(pair, 0) > 0:
+                        return UNSCHEDULABLE, ANTI
+        base, delta = f.existing, self.existing
+        for pair in self.existing_here:
+            if base[pair] + delta.get(pair, 0) > 0:
+                return UNSCHEDULABLE, EXISTING_ANTI
+        for pair, n in delta.items():
+            if n > 0 and pair not in base and labels.get(pair[0]) == pair[1]:
+                return UNSCHEDULABLE, EXISTING_ANTI
         return None

@@ -212,9 +212,10 @@ def run_mixed(
     reference_decisions: int,
     width: str = mixed.NARROW,
     node_pods: tuple[int, int] = mixed.PODS_PER_NODE,
+    interpod: float = 0.0,
 ) -> dict[str, Any]:
     build_started = time.perf_counter()
-    gen = mixed.MixedCluster(nodes, seed=seed, width=width, pods_per_node=node_pods)
+    gen = mixed.MixedCluster(nodes, seed=seed, width=width, pods_per_node=node_pods, interpod=interpod)
     cluster = Cluster()
     for obj in gen.objects():
         cluster.apply("ADDED", obj)
@@ -322,6 +323,7 @@ def run_mixed(
         "pods": len(gen.pods),
         "pods_per_node": f"{node_pods[0]}-{node_pods[1]}",
         "pdbs": len(gen.pdbs),
+        "interpod": interpod,
         "preemptor_shapes": len(seen),
         "preemptors": count,
         "outcomes": outcomes,
@@ -401,6 +403,7 @@ def cmd(args: argparse.Namespace) -> int:
             reference_decisions=args.reference_decisions,
             width=args.width,
             node_pods=args.node_pods,
+            interpod=args.interpod,
         )
     else:
         result = run(
@@ -439,6 +442,7 @@ def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         epilog="examples:\n  preemptctl bench engine --nodes 5000 --output json\n"
         "  preemptctl bench engine --workload mixed --churn --nodes 5000 --output json\n"
         "  preemptctl bench engine --workload mixed --width wide --churn --nodes 5000\n"
+        "  preemptctl bench engine --workload mixed --width wide --interpod 0.3 --nodes 5000\n"
         "  preemptctl bench engine --workload mixed --churn --flow job --preemptors 100\n"
         "  preemptctl bench engine --nodes 500 --shape async --victim-selection minimal\n"
         "  preemptctl bench engine --workload mixed --nodes 12 --node-pods 50-110 \\\n"
@@ -446,6 +450,15 @@ def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "  preemptctl bench engine --nodes 5000 --write-case big.json   # a case for `decide`",
     )
     p.add_argument("--workload", choices=("uniform", "mixed"), default="uniform")
+    p.add_argument(
+        "--interpod",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="mixed: the share of workloads (and of preemptor shapes) carrying required anti-affinity "
+        "or a DoNotSchedule zone/hostname spread; preemptor shapes may also ask for a host port "
+        "(e.g. 0.3)",
+    )
     p.add_argument(
         "--churn", action="store_true", help="mixed: fold a live cluster's events between decisions"
     )

@@ -111,6 +111,25 @@ class Workload:
     pdb_allowed: int | None
     preemptible: str | None
     replicas: list[str] = field(default_factory=list)  # uids
+    # Required anti-affinity against its own replicas ("hostname"), or a DoNotSchedule
+    # spread of them ("zone" or "hostname"): what `interpod` gives a share of workloads.
+    spread: str | None = None
+
+
+def _interpod_spec(kind: str, app: str) -> dict[str, Any]:
+    """The pod spec fields of one inter-pod requirement against the replicas of `app`."""
+    selector = {"matchLabels": {"app": app}}
+    if kind == "anti-hostname":
+        term = {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}
+        return {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}
+    key = ZONE_LABEL if kind == "spread-zone" else "kubernetes.io/hostname"
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": key,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": selector,
+    }
+    return {"topologySpreadConstraints": [spread]}
 
 
 def _time(seconds: float) -> str:
@@ -129,10 +148,17 @@ class MixedCluster:
         pods_per_node: tuple[int, int] = PODS_PER_NODE,
         fill: float = 0.97,
         width: str = NARROW,
+        interpod: float = 0.0,
     ) -> None:
         if width not in WIDTHS:
             raise ValueError(f"width must be one of {', '.join(WIDTHS)}, got {width!r}")
+        if not 0.0 <= interpod <= 1.0:
+            raise ValueError(f"interpod must be a share from 0 to 1, got {interpod!r}")
         self.rng = random.Random(seed)
+        # A generator of its own, so a cluster without inter-pod requirements is the same
+        # cluster, seed for seed, as before they existed.
+        self.interpod = interpod
+        self._interpod_rng = random.Random(seed * 7919 + 1)
         self.width = width
         self.rv = 1
         self.nodes: list[dict[str, Any]] = []
@@ -199,6 +225,11 @@ class MixedCluster:
                     preemptible,
                 )
                 self.workloads.append(workload)
+        if self.interpod:
+            pick = self._interpod_rng
+            for w in self.workloads:
+                if pick.random() < self.interpod:
+                    w.spread = pick.choice(("anti-hostname", "spread-zone", "spread-hostname"))
         self._weigh(nodes, per_node)
         for n in self.nodes:
             name = n["metadata"]["name"]
@@ -266,7 +297,7 @@ class MixedCluster:
         if w.preemptible is not None:
             labels[PREEMPTIBLE] = w.preemptible
         at = _time(started)
-        pod = {
+        pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
@@ -291,6 +322,8 @@ class MixedCluster:
                 "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": at}],
             },
         }
+        if w.spread is not None:
+            pod["spec"].update(_interpod_spec(w.spread, w.app))
         self.pods[uid] = pod
         w.replicas.append(uid)
         self.free_m[node] -= w.cpu_m
@@ -384,6 +417,15 @@ class MixedCluster:
                 shape["zone"] = ZONES[s % len(ZONES)]
             if s % 10 == 5:
                 shape["tolerate"] = True
+            if self.interpod and self._interpod_rng.random() < self.interpod:
+                # Joins a workload that carries one, as a new replica of a rollout does; or
+                # asks for a host port.
+                carriers = [w for w in self.workloads if w.spread is not None and w.namespace == "team-19"]
+                if carriers and self._interpod_rng.random() < 0.8:
+                    w = self._interpod_rng.choice(carriers)
+                    shape["interpod"] = (w.spread, w.app)
+                else:
+                    shape["interpod"] = ("port", "")
             shapes.append(shape)
         return shapes
 
@@ -395,6 +437,13 @@ class MixedCluster:
             pod["spec"]["nodeSelector"] = {ZONE_LABEL: shape["zone"]}
         if shape.get("tolerate"):
             pod["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
+        if "interpod" in shape:
+            kind, app = shape["interpod"]
+            if kind == "port":
+                pod["spec"]["containers"][0]["ports"] = [{"containerPort": 9100, "hostPort": 9100}]
+            else:
+                pod["metadata"]["labels"] = {"app": app}
+                pod["spec"].update(_interpod_spec(kind, app))
         return pod
 
     def gang(self, k: int, *, size: int = 8, at: float) -> list[dict[str, Any]]:
