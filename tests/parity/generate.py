@@ -438,7 +438,10 @@ def _shape(x: random.Random, s: Scenario) -> None:
         for _ in range(1 if x.random() < 0.8 else 2):
             key = HOSTNAME if x.random() < 0.6 else ZONE
             target = labels.get("app") if x.random() < 0.6 else None
-            _terms(pre, "podAntiAffinity").append(_term(x, pre, key, target or x.choice(APPS)))
+            app = target or x.choice(APPS)
+            _terms(pre, "podAntiAffinity").append(_term(x, pre, key, app))
+            if key == HOSTNAME and x.random() < 0.5:
+                _replicas(x, s, app)
             tags.add("anti-affinity-" + ("hostname" if key == HOSTNAME else "zone"))
     if "affinity" in kinds:
         key = HOSTNAME if x.random() < 0.5 else ZONE
@@ -566,13 +569,54 @@ def _ports(x: random.Random, s: Scenario, tags: set[str]) -> None:
         pre["spec"]["initContainers"] = [container]
         tags.add("sidecar-ports")
     container["ports"] = [_port(x, w) for w in wanted]
+    if x.random() < 0.5:
+        # The port a node agent holds on most nodes (one pod each, any priority): where the
+        # preemptor goes depends on which of them it may evict.
+        tags.add("ports-on-most-nodes")
+        _, protocol, port = wanted[0]
+        for node in s.nodes:
+            name = node["metadata"]["name"]
+            here = [
+                p
+                for p in s.pods
+                if p["spec"].get("nodeName") == name and not p["spec"]["containers"][0].get("ports")
+            ]
+            used = held.setdefault(name, set())
+            if not here or x.random() >= 0.75 or _held(used, ("", protocol, port)):
+                continue
+            used.add(("0.0.0.0", protocol, port))
+            x.choice(here)["spec"]["containers"][0]["ports"] = [_port(x, ("", protocol, port))]
+
+
+def _replicas(x: random.Random, s: Scenario, app: str) -> None:
+    """One pod labelled `app` on most nodes, in the preemptor's namespace: replicas of a workload."""
+    for node in s.nodes:
+        name = node["metadata"]["name"]
+        here = [
+            p
+            for p in s.pods
+            if p["spec"].get("nodeName") == name
+            and p["metadata"]["namespace"] == s.preemptor["metadata"]["namespace"]
+        ]
+        if here and x.random() < 0.75:
+            x.choice(here)["metadata"]["labels"]["app"] = app
 
 
 def _existing_anti(x: random.Random, s: Scenario) -> None:
-    """Required anti-affinity on some bound pods, mostly against the preemptor's labels."""
+    """Required anti-affinity on some bound pods, mostly against the preemptor's labels; now and then
+    on one pod of most nodes (by hostname), as a workload that wants its nodes to itself."""
     app = s.preemptor["metadata"]["labels"].get("app")
+    share = 0.2
+    if x.random() < 0.4:
+        share = 0.0
+        for node in s.nodes:
+            name = node["metadata"]["name"]
+            here = [p for p in s.pods if p["spec"].get("nodeName") == name]
+            if here and x.random() < 0.75:
+                pod = x.choice(here)
+                _terms(pod, "podAntiAffinity").append(_term(x, pod, HOSTNAME, app or x.choice(APPS)))
     for pod in s.pods:
-        if not pod["spec"].get("nodeName") or x.random() >= 0.2:
+        if not pod["spec"].get("nodeName") or x.random() >= share:
             continue
         key = HOSTNAME if x.random() < 0.65 else ZONE
         target = app if app and x.random() < 0.7 else x.choice(APPS)
