@@ -332,6 +332,19 @@ def _int(value: Any, where: str) -> int:
         raise InvalidObject(f"{where} must be an integer, got {value!r}") from exc
 
 
+# Kubernetes priorities are int32 (PodSpec.priority, PriorityClass.value): the API server
+# refuses anything else, so such an object is dead-lettered here, and every priority the
+# engine holds fits the node table's int64 sums (engine.nodetable).
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _priority(value: Any, where: str) -> int:
+    number = _int(value, where)
+    if not INT32_MIN <= number <= INT32_MAX:
+        raise InvalidObject(f"{where} must be a 32-bit integer ({INT32_MIN} to {INT32_MAX}), got {number}")
+    return number
+
+
 # What a pod's spec gives the engine besides its node and priority (which the index may
 # overwrite in a record: a stamp, a binding), in Pod field order: priority_class,
 # preemption_policy, requests, qos, grace_seconds, tolerations, node_selector,
@@ -592,8 +605,8 @@ def pod(obj: Mapping[str, Any], previous: Pod | None = None) -> Pod:
             scheduled_false = True
             unschedulable_since = timeutil.parse_optional(scheduled.get("lastTransitionTime"))
     priority = spec.get("priority")
-    if priority is not None and type(priority) is not int:
-        priority = _int(priority, f"{where} spec.priority")
+    if priority is not None and (type(priority) is not int or not INT32_MIN <= priority <= INT32_MAX):
+        priority = _priority(priority, f"{where} spec.priority")
     started = status.get("startTime")
     start: int | None = timeutil.NEVER
     if started:
@@ -690,7 +703,7 @@ def priority_class(obj: Mapping[str, Any]) -> PriorityClass:
         name=name,
         uid=uid,
         resource_version=rv,
-        value=_int(obj["value"], f"PriorityClass {name} value"),
+        value=_priority(obj["value"], f"PriorityClass {name} value"),
         global_default=bool(obj.get("globalDefault")),
         preemption_policy=str(obj.get("preemptionPolicy") or PREEMPT_LOWER),
         annotations=_str_map(
