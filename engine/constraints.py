@@ -102,6 +102,9 @@ class Scheduling:
     # (term kind, index, match keys, mismatch keys) still to merge with the pod's labels.
     label_keys: tuple[tuple[str, int, tuple[str, ...], tuple[str, ...]], ...] = ()
     resolved: bool = False
+    # What kube-scheduler filters on that preemptctl does not model (`UNMODELLED_VOLUMES`,
+    # resource claims), each as "<what> (<the filter plugins that read it>)".
+    unmodelled: tuple[str, ...] = ()
 
     def resolve(self, namespace: str, labels: Mapping[str, str]) -> Scheduling:
         """The terms of a pod in `namespace` with these labels: own-namespace terms named,
@@ -142,7 +145,9 @@ class Scheduling:
                     terms[i] = PodTerm(
                         _merged(t.selector, extra), t.namespaces, t.namespace_selector, t.topology_key
                     )
-        return Scheduling(self.ports, tuple(affinity), tuple(anti), tuple(spread), resolved=True)
+        return Scheduling(
+            self.ports, tuple(affinity), tuple(anti), tuple(spread), resolved=True, unmodelled=self.unmodelled
+        )
 
 
 def _merged(selector: LabelSelector, extra: tuple[Requirement, ...]) -> LabelSelector:
@@ -224,6 +229,36 @@ def _policy(value: Any, default: str, where: str) -> bool:
     return bool(value == "Honor")
 
 
+# Volume sources whose filters preemptctl does not evaluate, with those filters: a claim
+# (VolumeBinding and VolumeZone read its PersistentVolume's node affinity and zone,
+# NodeVolumeLimits counts it against the node's CSI attach limit, VolumeRestrictions its
+# ReadWriteOncePod access), and the inline disks VolumeRestrictions checks for conflicts.
+UNMODELLED_VOLUMES = {
+    "persistentVolumeClaim": "VolumeBinding, VolumeZone, NodeVolumeLimits, VolumeRestrictions",
+    "ephemeral": "VolumeBinding, VolumeZone, NodeVolumeLimits",
+    "csi": "NodeVolumeLimits",
+    "gcePersistentDisk": "VolumeRestrictions",
+    "awsElasticBlockStore": "VolumeRestrictions",
+    "rbd": "VolumeRestrictions",
+    "iscsi": "VolumeRestrictions",
+}
+
+
+def _unmodelled(spec: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    out = []
+    for volume in _list(spec.get("volumes"), f"{where} volumes"):
+        if isinstance(volume, dict):
+            for source, plugins in UNMODELLED_VOLUMES.items():
+                if source in volume:
+                    claim = volume[source].get("claimName") if isinstance(volume[source], dict) else None
+                    what = f"{source} volume" + (f" of claim {claim}" if isinstance(claim, str) else "")
+                    out.append(f"{what} ({plugins})")
+    for claim in _list(spec.get("resourceClaims"), f"{where} resourceClaims"):
+        name = claim.get("name") if isinstance(claim, dict) else None
+        out.append(f"resource claim {name if isinstance(name, str) else ''}".rstrip() + " (DynamicResources)")
+    return tuple(out)
+
+
 def parse(spec: Mapping[str, Any], where: str) -> Scheduling | None:
     """The pod's inter-pod requirements, or None when it has none (most pods).
 
@@ -232,8 +267,10 @@ def parse(spec: Mapping[str, Any], where: str) -> Scheduling | None:
     affinity = spec.get("affinity")
     spread_raw = spec.get("topologySpreadConstraints")
     ports = _ports(spec, where)
+    unmodelled = _unmodelled(spec, where) if spec.get("volumes") or spec.get("resourceClaims") else ()
     if (
         not ports
+        and not unmodelled
         and not spread_raw
         and not (
             isinstance(affinity, dict) and (affinity.get("podAffinity") or affinity.get("podAntiAffinity"))
@@ -278,6 +315,8 @@ def parse(spec: Mapping[str, Any], where: str) -> Scheduling | None:
         if match:
             label_keys.append(("spread", len(spread), match, ()))
         spread.append(constraint)
-    if not (ports or kinds["affinity"] or kinds["anti"] or spread):
+    if not (ports or kinds["affinity"] or kinds["anti"] or spread or unmodelled):
         return None
-    return Scheduling(ports, kinds["affinity"], kinds["anti"], tuple(spread), tuple(label_keys))
+    return Scheduling(
+        ports, kinds["affinity"], kinds["anti"], tuple(spread), tuple(label_keys), unmodelled=unmodelled
+    )

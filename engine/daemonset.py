@@ -174,10 +174,12 @@ def _multiple(
 
 
 def _waiting_on_previous(cluster: Cluster, state: NodeState, ds: Pod, priority: int) -> str | None:
-    """An earlier decision for this pod is still evicting on its node (same rule as the default flow).
+    """An earlier decision for this pod is still evicting on its node.
 
-    Terminating pods are never candidates, so deciding again now would pick further
-    victims while the first ones are still leaving.
+    Not the default flow's rule (DisruptionTarget reason PreemptionByScheduler only): any
+    DisruptionTarget reason holds, because this flow's `evict` victims carry the Eviction
+    API's reason, and terminating pods are never candidates, so deciding again now would
+    pick further victims while the first ones are still leaving (docs/semantics.md §6).
     """
     if ds.nominated != state.node.name:
         return None
@@ -213,6 +215,10 @@ def decide(cluster: Cluster, pod: Pod, *, now: int, config: Config) -> Decision:
 
     make = decision_mod.maker("daemonset", pod.key, pod.uid, explanation)
 
+    missing = interpod.not_modelled([pod])
+    if missing:
+        explanation[interpod.NOT_MODELLED] = missing
+        return make(UNSCHEDULABLE, interpod.not_modelled_reason(missing))
     state = cluster.nodes.get(node) if node else None
     if state is None:
         return make(UNSCHEDULABLE, f"required node {node} does not exist" if node else "no required node")

@@ -9,8 +9,9 @@ worker and the audit replay call.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from engine import daemonset, default, job
+from engine import daemonset, default, interpod, job
 from engine import decision as decision_mod
 from engine.cluster import Cluster
 from engine.config import Config
@@ -61,6 +62,12 @@ def decide(
 def decide_default(
     cluster: Cluster, pod: Pod, *, now: int, config: Config, index: Index | None = None
 ) -> Decision:
+    missing = interpod.not_modelled([pod])
+    if missing:
+        not_modelled: dict[str, Any] = {"flow": "default", interpod.NOT_MODELLED: missing}
+        return decision_mod.maker("default", pod.key, pod.uid, not_modelled)(
+            UNSCHEDULABLE, interpod.not_modelled_reason(missing)
+        )
     pre = default.preemptor(cluster, pod)
     scan = (index or Index(cluster)).scan(pre, now, config.victim_selection)
     explanation = scan.explanation

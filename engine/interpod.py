@@ -39,6 +39,8 @@ AFFINITY = "node(s) didn't match pod affinity rules"
 ANTI = "node(s) didn't match pod anti-affinity rules"
 EXISTING_ANTI = "node(s) didn't satisfy existing pods anti-affinity rules"
 
+NOT_MODELLED = "notModelled"  # the explanation key listing what was not evaluated
+
 Pair = tuple[str, str]
 Status = tuple[int, str]
 NONE: tuple[Pod, ...] = ()
@@ -358,3 +360,17 @@ class NodeView:
             if n > 0 and pair not in base and labels.get(pair[0]) == pair[1]:
                 return UNSCHEDULABLE, EXISTING_ANTI
         return None
+
+
+def not_modelled(pods: Sequence[Pod]) -> list[str]:
+    """What of these pods' requirements preemptctl does not evaluate (volumes, resource
+    claims), as "<pod>: <requirement> (<filters>)"; such a preemptor is answered
+    `unschedulable` with this list, never placed nor preempted for."""
+    return [f"{p.key}: {u}" for p in pods if p.scheduling is not None for u in p.scheduling.unmodelled]
+
+
+def not_modelled_reason(missing: Sequence[str]) -> str:
+    return (
+        f"not modelled: {missing[0]}: preemptctl does not evaluate that filter, so it neither "
+        "places nor evicts for this pod (docs/semantics.md §10)"
+    )

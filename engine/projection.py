@@ -92,6 +92,20 @@ FIELDS: Mapping[str, Mapping[str, Spec]] = {
                     "matchLabelKeys": True,
                 }
             ),
+            # Only what says a volume is one whose filters preemptctl does not evaluate
+            # (engine.constraints.UNMODELLED_VOLUMES): no volume names, no other sources.
+            "volumes": each(
+                {
+                    "persistentVolumeClaim": {"claimName": True},
+                    "ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": True}}},
+                    "csi": {"driver": True},
+                    "gcePersistentDisk": {"pdName": True},
+                    "awsElasticBlockStore": {"volumeID": True},
+                    "rbd": {"image": True},
+                    "iscsi": {"iqn": True},
+                }
+            ),
+            "resourceClaims": each({"name": True}),
             "overhead": True,
             "containers": each({"name": True, "resources": _RESOURCES, "ports": each(_HOST_PORT)}),
             "initContainers": each(

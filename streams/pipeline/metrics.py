@@ -48,6 +48,13 @@ DECISION_SECONDS = Histogram(
     ["cluster", "flow"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
+NOT_MODELLED = Counter(
+    "preemptctl_not_modelled_total",
+    "Decisions answered unschedulable because the preemptor needs what preemptctl does not evaluate "
+    "(volumes, resource claims; inter-pod requirements in the job flow), by cluster and flow: "
+    "kube-scheduler's own preemption decides such pods better (docs/semantics.md §10).",
+    ["cluster", "flow"],
+)
 # kube-scheduler's buckets for scheduler_preemption_victims: more than 64 victims is rare.
 VICTIMS = Histogram(
     "preemptctl_preemption_victims",
@@ -108,6 +115,9 @@ def emitted(decision: DecisionRecord, seconds: float) -> None:
     cluster, flow = decision["cluster"], decision["flow"]
     DECISIONS.labels(cluster, flow, decision["outcome"]).inc()
     DECISION_SECONDS.labels(cluster, flow).observe(seconds)
+    explanation = decision.get("explanation")
+    if isinstance(explanation, dict) and explanation.get("notModelled"):
+        NOT_MODELLED.labels(cluster, flow).inc()
     if decision["outcome"] == "preempt":
         VICTIMS.labels(cluster, flow).observe(sum(1 for v in decision["victims"] if not v.get("terminating")))
 
