@@ -34,7 +34,7 @@ from engine.default import NodeEval, Preemptor
 from engine.index import Index
 from engine.objects import PREEMPT_LOWER, PREEMPT_NEVER, ElasticQuota, Pod
 from engine.resources import Resources
-from engine.victims import SOFT_EVICTION, leaving, to_victims
+from engine.victims import SOFT_EVICTION, soft_evicted, to_victims
 
 POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
 QUOTA_NAME = "quota.scheduling.koordinator.sh/name"
@@ -501,7 +501,15 @@ def _reprieve(
 
 def _previous_round(cluster: Cluster, members: Sequence[Pod], priority: int) -> str | None:
     """The seed's "check whether last round preemption finishes": a member's nominated node still
-    holds a lower-priority pod on its way out, so evicting more now could cascade."""
+    holds a lower-priority victim of a preemption on its way out, so evicting more now could cascade.
+
+    The default flow's wait rule (`default.waiting_on_nominated`): only a preemption's victims
+    hold the job, soft-evicted (this flow's own mark) or terminating with DisruptionTarget
+    reason PreemptionByScheduler (what the actuator writes on the victims it deletes).
+    Koordinator's design checks its own cache of the pods it preempted; a pod drained or
+    deleted by someone else holds nothing here, as kube-scheduler dropped "any terminating
+    pod holds the preemptor" in 1.27, and it stays an eligible victim (`evictable`), listed
+    again with nothing more to do, so no second round of victims takes its place."""
     for m in members:
         held = cluster.pods.get(m.uid, m)
         node = held.nominated if held.node is None else None
@@ -509,8 +517,8 @@ def _previous_round(cluster: Cluster, members: Sequence[Pod], priority: int) -> 
         if state is None:
             continue
         for pod in sorted(state.pods.values(), key=lambda p: p.uid):
-            if cluster.priority(pod) < priority and leaving(pod):
-                how = "terminating" if pod.deleting else "soft-evicted"
+            if cluster.priority(pod) < priority and (soft_evicted(pod) or (pod.deleting and pod.preempted)):
+                how = "soft-evicted" if soft_evicted(pod) else "terminating"
                 return (
                     f"previous round unfinished: {m.namespace}/{m.name} is nominated to {node}, "
                     f"where {pod.namespace}/{pod.name} is still {how}"

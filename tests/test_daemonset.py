@@ -201,3 +201,19 @@ def test_wait_while_its_earlier_victims_are_terminating() -> None:
     assert names(decide(objs, DS)) == ["web"]
     nominated = ds_pod("fluentd-w1", required="w1", nominated="w1")
     assert decide(objs, nominated).outcome == WAIT
+
+
+def test_its_own_wait_rule_holds_for_victims_evicted_through_the_eviction_api() -> None:
+    """Issue 28, 8: this flow keeps "any DisruptionTarget reason" (docs/semantics.md §6). Its
+    `evict` victims carry EvictionByEvictionAPI, and terminating pods are never its candidates:
+    under the default flow's rule (PreemptionByScheduler only) it would evict `web` as well
+    while `old` is still on its way out. A plain delete (no condition) holds nothing."""
+    nominated = ds_pod("fluentd-w1", required="w1", nominated="w1")
+    evicted = running("old", node="w1", cpu_m=1000, deleting=True)
+    evicted["status"]["conditions"].append(
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    )
+    assert decide(full(evicted, running("web", node="w1", cpu_m=1000)), nominated).outcome == WAIT
+    deleted = running("old", node="w1", cpu_m=1000, deleting=True)
+    d = decide(full(deleted, running("web", node="w1", cpu_m=1000)), nominated)
+    assert d.outcome == PREEMPT and names(d) == ["web"]

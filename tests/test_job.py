@@ -326,6 +326,21 @@ def test_wait_while_the_previous_round_is_unfinished() -> None:
     assert d.outcome == WAIT and d.victims == () and "terminating" in d.reason
 
 
+def test_only_a_preemptions_victims_hold_the_job() -> None:
+    """Issue 28, 8: the default flow's wait rule. A pod terminating for another reason (a drain's
+    eviction, a plain delete) does not hold a member's nomination: the job preempts again,
+    listing it among its victims with nothing more to do, and takes nobody else for it."""
+    for reason in ("EvictionByEvictionAPI", None):
+        low = jpod("low", namespace="team-b", node="n1", priority=0, cpu_m=2000, deleting=True)
+        if reason:
+            low["status"]["conditions"].append(
+                {"type": "DisruptionTarget", "status": "True", "reason": reason}
+            )
+        other = jpod("other", namespace="team-b", node="n1", priority=0, cpu_m=0)
+        d = decide([node("n1", 2, 8, 110), low, other], [member("a", cpu_m=2000, nominated="n1")])
+        assert d.outcome == PREEMPT and names(d) == ["low"] and d.victims[0].terminating, reason
+
+
 def test_soft_evicted_victim_counts_as_leaving() -> None:
     objs = [node("n1", 2, 8, 110), borrowed("low", soft_evicted=True)]
     d = decide(objs, [member("a", cpu_m=2000, nominated="n1")])

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import case as case_mod
-from engine import job, resources
+from engine import job, resources, victims
 from engine.cluster import Cluster
 from engine.decision import DELETE, FITS, LABEL, PREEMPT, Decision
 from engine.objects import ElasticQuota, Pod
@@ -149,7 +149,7 @@ def test_label_action_exactly_when_pods_are_not_deleted(raw: dict[str, Any]) -> 
     assert all(v.action == want for v in d.victims)
     for v in d.victims:
         pod = c.cluster.pods[v.uid]
-        assert v.terminating == job.leaving(pod)
+        assert v.terminating == victims.leaving(pod)
 
 
 @SETTINGS
