@@ -10,6 +10,10 @@ This module owns how a long-running component (source, worker, actuator) logs:
   a decision or a pod across all three components;
 - no terminal escape codes: neither format colours anything, and the worker
   keeps faust's spinner and log setup off (streams.pipeline.app);
+- one record is one line whatever it quotes: `text` escapes control characters in
+  the message and the keys (`\n`, `\x1b`), so a name read from a record cannot
+  start a forged line or move the terminal's cursor (`json` escapes them anyway);
+  only a traceback, after the line, spans lines;
 - secrets are masked on the way out: values registered with `secret()` (the
   HMAC key, Kafka passwords) and anything shaped like a credential (an
   Authorization header, `password=`, `token:`) become `***` in the message, the
@@ -100,11 +104,22 @@ def _timestamp(record: logging.LogRecord) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
+# Characters that end a line or drive a terminal: C0 and C1 controls, DEL, the Unicode line and
+# paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escape_control(text: str) -> str:
+    """`text` with every control character written as its escape (`\n`, `\x1b`, `\u2028`)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 class TextFormatter(logging.Formatter):
-    """`2026-01-01T00:00:00.000Z INFO logger: message key=value ...`: plain text, no colour."""
+    """`2026-01-01T00:00:00.000Z INFO logger: message key=value ...`: plain text, no colour, one
+    line per record (control characters escaped; a traceback follows on lines of its own)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage()
+        message = escape_control(record.getMessage())
         fields = " ".join(f"{k}={_text(v)}" for k, v in sorted(_fields(record).items()))
         line = f"{_timestamp(record)} {record.levelname} {record.name}: {message}"
         if fields:
@@ -118,7 +133,8 @@ class TextFormatter(logging.Formatter):
 
 def _text(value: Any) -> str:
     text = str(value)
-    return orjson.dumps(text).decode() if (not text or any(c.isspace() or c == '"' for c in text)) else text
+    quoted = not text or any(c.isspace() or c == '"' for c in text) or _CONTROL.search(text) is not None
+    return escape_control(orjson.dumps(text).decode()) if quoted else text
 
 
 class JsonFormatter(logging.Formatter):

@@ -459,21 +459,33 @@ class _Consumer:
 
 
 async def test_the_loop_commits_a_bad_record_and_acts_on_the_next(
-    served: tuple[FakeApi, client.ApiClient],
+    served: tuple[FakeApi, client.ApiClient], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The consume loop past a record refused (off the schema) and one that makes handling raise:
+    both committed and dead-lettered, and the decision behind them acted on."""
     fake, api_client = served
     pods = cluster(fake)
     act, sink = make(api_client)
-    bad = decision(pods["high"], [victim(pods["v-delete"], "delete")], decision_id="default/1/a")
-    bad["placements"] = ["n1"]
-    chain.seal(bad, chain.GENESIS, KEY)
-    good = decision(pods["high"], [victim(pods["v-evict"], "evict")], decision_id="default/2/b")
+    malformed = decision(pods["high"], [victim(pods["v-delete"], "delete")], decision_id="default/1/a")
+    malformed["placements"] = ["n1"]
+    chain.seal(malformed, chain.GENESIS, KEY)
+    raising = decision(pods["high"], [victim(pods["v-delete"], "delete")], decision_id="default/2/boom")
+    good = decision(pods["high"], [victim(pods["v-evict"], "evict")], decision_id="default/3/b")
+    context = actuator._context
+
+    def unforeseen(record: Any) -> Any:
+        if record["id"] == "default/2/boom":
+            raise TypeError("unforeseen")
+        return context(record)
+
+    monkeypatch.setattr(actuator, "_context", unforeseen)
     stopping = asyncio.Event()
-    consumer = _Consumer([orjson.dumps(bad), orjson.dumps(good)], stopping)
+    consumer = _Consumer([orjson.dumps(r) for r in (malformed, raising, good)], stopping)
     await asyncio.wait_for(act._poll(cast(Any, consumer), stopping), 30)
-    assert consumer.commits == [1, 2]
-    assert len(sink.on("preemption.dead-letter")) == 1
-    assert outcomes(sink)["v-evict"]["result"] == "done"
+    assert consumer.commits == [1, 2, 3]
+    dead = [dict(r.headers)["error-class"] for r in sink.on("preemption.dead-letter")]
+    assert dead == [b"MalformedDecision", b"TypeError"]
+    assert set(outcomes(sink)) == {"v-evict"} and outcomes(sink)["v-evict"]["result"] == "done"
 
 
 # ---- the property: mutated signed records -------------------------------------------------------
