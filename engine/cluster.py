@@ -86,6 +86,9 @@ class Cluster:
         # Bound, non-terminal pods with required pod anti-affinity: every preemptor must
         # keep out of their domains when their terms match it (engine.interpod).
         self.anti_affine: dict[str, Pod] = {}
+        # Bound, non-terminal pods holding a host port, by port number: the nodes where a
+        # preemptor's port can clash, without a scan.
+        self.host_ports: dict[int, dict[str, Pod]] = {}
         # Pending pods by (namespace, pod group): a gang's members without a scan.
         self._pending_groups: dict[tuple[str, str], set[str]] = {}
         # uid -> number of other pods whose ownerReferences name it (a driver's executors).
@@ -407,6 +410,9 @@ class Cluster:
                 in_ns[pod.uid] = pod
             if pod.uid in self.anti_affine:
                 self.anti_affine[pod.uid] = pod
+            if pod.scheduling is not None:
+                for port in pod.scheduling.ports:
+                    self.host_ports[port.port][pod.uid] = pod
         elif old.nominated is not None:
             noms = self._nominated.get(old.nominated)
             if noms is not None and pod.uid in noms:
@@ -415,8 +421,11 @@ class Cluster:
     def _bind(self, pod: Pod) -> None:
         """File a bound, non-terminal pod in the derived indexes."""
         self._bound_in_ns.setdefault(pod.namespace, {})[pod.uid] = pod
-        if pod.scheduling is not None and pod.scheduling.anti_affinity:
-            self.anti_affine[pod.uid] = pod
+        if pod.scheduling is not None:
+            if pod.scheduling.anti_affinity:
+                self.anti_affine[pod.uid] = pod
+            for port in pod.scheduling.ports:
+                self.host_ports.setdefault(port.port, {})[pod.uid] = pod
         if pod.priority_class:
             self._bound_in_class.setdefault(pod.priority_class, set()).add(pod.uid)
         self.budgets.add_pod(pod)
@@ -435,6 +444,13 @@ class Cluster:
         if in_ns is not None:
             in_ns.pop(pod.uid, None)
         self.anti_affine.pop(pod.uid, None)
+        if pod.scheduling is not None:
+            for port in pod.scheduling.ports:
+                held = self.host_ports.get(port.port)
+                if held is not None:
+                    held.pop(pod.uid, None)
+                    if not held:
+                        del self.host_ports[port.port]
         if pod.priority_class:
             in_class = self._bound_in_class.get(pod.priority_class)
             if in_class is not None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from sortedcontainers import SortedList
 
-from engine import default, minimal, placement, resources, summary
+from engine import default, interpod, minimal, placement, resources, summary
 from engine.cluster import Cluster, NodeState
 from engine.default import CANDIDATE, FITS, REJECTED, NodeEval, Preemptor
 from engine.objects import Node, Pod
@@ -629,10 +629,7 @@ class Index:
 
     def scan(self, pre: Preemptor, now: int, mode: str) -> Scan:
         if pre.filters is not None:
-            # The inter-pod filters read other nodes' pods (topology domains): an evaluation
-            # is no longer a function of its node alone, which rankings are built on.
-            # Such preemptors evaluate every node afresh (docs/performance.md measures it).
-            return full_scan(self.cluster, pre, now, mode)
+            return self._scan_filtered(pre, pre.filters, now, mode)
         r = self.ranking(pre, now, mode)
         cluster = self.cluster
         own: NodeEval | None = None
@@ -652,40 +649,76 @@ class Index:
         top = r.top(EXPLAIN_CANDIDATES, skip)
         if own is not None and own.status == CANDIDATE:
             top = sorted([*top, own], key=lambda e: (e.key, e.node))[:EXPLAIN_CANDIDATES]
-        return Scan(None, top[0] if top else None, explain(r, own, top, cluster))
+        return Scan(None, top[0] if top else None, explain(r, {own.node: own} if own else {}, top, cluster))
+
+    def _scan_filtered(self, pre: Preemptor, filters: interpod.Filters, now: int, mode: str) -> Scan:
+        """`scan` for a preemptor with inter-pod filters (engine.interpod).
+
+        Those read other nodes' pods (topology domains), so a node's evaluation is no longer
+        its own alone, which rankings are built on. But on most nodes they pass whatever is
+        evicted (`Filters.touched`): there the ranking of the same pod without them is exact.
+        The touched nodes, and the preemptor's nominated node, are evaluated in full.
+        """
+        cluster = self.cluster
+        r = self.ranking(pre, now, mode)  # ranks for the pod's shape, without its filters
+        touched = filters.touched()
+        nominated = pre.pod.nominated
+        if nominated is not None and nominated in cluster.nodes:
+            touched.add(nominated)
+        evaluate = evaluator(mode)
+        evals = {name: evaluate(cluster, cluster.nodes[name], pre, now) for name in sorted(touched)}
+        own = evals.get(nominated) if nominated is not None else None
+        if own is not None and own.status == FITS:
+            fitting: str | None = own.node
+        else:
+            fits = [name for name, e in evals.items() if e.status == FITS]
+            shared = r.fitting(touched)
+            fitting = min([*fits, *([shared] if shared is not None else [])], default=None)
+        if fitting is not None:
+            return Scan(fitting, None, dict(FITS_EXPLANATION))
+        top = r.top(EXPLAIN_CANDIDATES, touched)
+        top = sorted(
+            [*top, *(e for e in evals.values() if e.status == CANDIDATE)], key=lambda e: (e.key, e.node)
+        )
+        top = top[:EXPLAIN_CANDIDATES]
+        return Scan(None, top[0] if top else None, explain(r, evals, top, cluster))
 
 
-def explain(r: Ranking, own: NodeEval | None, top: Sequence[NodeEval], cluster: Cluster) -> dict[str, Any]:
+def explain(
+    r: Ranking, overrides: Mapping[str, NodeEval], top: Sequence[NodeEval], cluster: Cluster
+) -> dict[str, Any]:
     """The default flow's explanation: the best candidates with their criteria, and the counts.
 
     Every figure is a function of the cluster and the preemptor alone (never of
     which nodes a cache happened to evaluate), so replays reproduce it.
     """
-    rejected_names = list(r.rejected.islice(0, EXPLAIN_REJECTED + 1))
     reasons = dict(r.reasons)
     rejected_count = len(r.rejected)
     candidate_count = r.candidate_count
-    if own is not None:
-        # Swap the shared view of the nominated node for its own evaluation.
-        shared = r.state.get(own.node)
+    # The first rejected nodes by name: enough of the shared ones that those swapped out
+    # below cannot leave the list short.
+    rejected_names = set(r.rejected.islice(0, EXPLAIN_REJECTED + 1 + len(overrides)))
+    for name, own in overrides.items():
+        # Swap the shared view of the node (the preemptor's nominated node, a node its
+        # inter-pod filters touch) for its own evaluation.
+        shared = r.state.get(name)
         if shared is not None:
             if shared.tier == REJECTED:
                 rejected_count -= 1
                 reasons[shared.reason] -= 1
-                if own.node in rejected_names:
-                    rejected_names.remove(own.node)
+                rejected_names.discard(name)
             elif shared.tier == CANDIDATE:
                 candidate_count -= 1
         if own.status == REJECTED:
             rejected_count += 1
             reasons[own.reason] = reasons.get(own.reason, 0) + 1
-            rejected_names = sorted({*rejected_names, own.node})
+            rejected_names.add(name)
         elif own.status == CANDIDATE:
             candidate_count += 1
     rows = []
-    for name in rejected_names[:EXPLAIN_REJECTED]:
-        reason = own.reason if own is not None and own.node == name else r.reason(name)
-        rows.append({"node": name, "reason": reason})
+    for name in sorted(rejected_names)[:EXPLAIN_REJECTED]:
+        held = overrides.get(name)
+        rows.append({"node": name, "reason": held.reason if held is not None else r.reason(name)})
     return {
         "flow": "default",
         "candidates": [default.criteria(e, cluster) for e in top],

@@ -86,9 +86,13 @@ class Filters:
                         _bump(self.existing, (t.topology_key, value), 1)
         self.affinity_counts: dict[Pair, int] = {}
         self.anti_counts: dict[Pair, int] = {}
+        # Nodes hosting a pod that counts for the preemptor's affinity: evicting it may undo it.
+        self.affinity_hosts: set[str] = set()
         if self.affinity or self.anti:
             for q, node in self._bound(self._term_namespaces()):
                 self._count_incoming(q, node, 1, self.affinity_counts, self.anti_counts)
+                if self.affinity and all(t.matches(q.namespace, q.labels) for t in self.affinity):
+                    self.affinity_hosts.add(node.name)
         self.self_affine = all(t.matches(pod.namespace, pod.labels) for t in self.affinity)
         self.spread = [self._spread_state(c) for c in spread]
         self.active = bool(self.ports or self.affinity or self.anti or self.spread or self.existing)
@@ -157,6 +161,64 @@ class Filters:
                 if eligible.get(node.name) and not q.deleting and c.matches(q.labels):
                     counts[node.labels[c.topology_key]] += 1
         return _SpreadState(c, counts, sorted((n, v) for v, n in counts.items())[:2])
+
+    def touched(self) -> set[str]:
+        """The nodes where these filters can change an evaluation; on every other node every
+        filter passes whatever is evicted there (and nothing is nominated there), so the
+        node's evaluation is the one that reads resources alone (`index.Index.scan`).
+
+        A filter that passes with all pods present keeps passing as pods of that node leave:
+        ports and anti-affinity counts only fall, and a spread skew only falls or meets the
+        minimum. Only affinity can be undone, by evicting the pods that satisfy it: their nodes
+        are in the set. So are nodes nominated pods are promised to, whose counts they add to.
+        """
+        cluster = self.cluster
+        out: set[str] = set(cluster.nominated_nodes)
+        for want in self.ports:
+            for q in cluster.host_ports.get(want.port, {}).values():
+                ports = q.scheduling.ports if q.scheduling is not None else ()
+                if q.node is not None and any(want.conflicts(have) for have in ports):
+                    out.add(q.node)
+        out |= self.affinity_hosts
+        if not (self.spread or self.affinity or self.anti or self.existing):
+            return out
+        anti = [
+            (t.topology_key, {v for (k, v), n in self.anti_counts.items() if n > 0 and k == t.topology_key})
+            for t in self.anti
+        ]
+        anti = [(k, values) for k, values in anti if values]
+        existing = [pair for pair, n in self.existing.items() if n > 0]
+        affinity_keys = tuple(t.topology_key for t in self.affinity)
+        # No pod anywhere counts and the preemptor matches its own terms: upstream lets it
+        # through on any node that has every topology key.
+        affinity = self.affinity if not (not self.affinity_counts and self.self_affine) else ()
+        pod_labels = self.pod.labels
+        spread = [
+            (
+                sp.constraint.topology_key,
+                sp.counts,
+                sp.constraint.max_skew
+                + (0 if len(sp.counts) < sp.constraint.min_domains or not sp.lowest else sp.lowest[0][0])
+                - (1 if sp.constraint.matches(pod_labels) else 0),
+            )
+            for sp in self.spread
+        ]
+        for name, state in cluster.nodes.items():
+            if name in out:
+                continue
+            labels = state.node.labels
+            if (
+                any(labels.get(k) in values for k, values in anti)
+                or any(labels.get(k) == v for k, v in existing)
+                or any(key not in labels for key in affinity_keys)
+                or any(
+                    self.affinity_counts.get((t.topology_key, labels[t.topology_key]), 0) <= 0
+                    for t in affinity
+                )
+                or any(key not in labels or counts.get(labels[key], 0) > most for key, counts, most in spread)
+            ):
+                out.add(name)
+        return out
 
     # ---- Filter ------------------------------------------------------------------------
 

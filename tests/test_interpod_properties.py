@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import case as case_mod
+from engine import default, index
 from engine.decision import FITS, PREEMPT, UNSCHEDULABLE
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -38,7 +39,7 @@ def _term(app: str, key: str) -> dict[str, Any]:
 
 
 @st.composite
-def clusters(draw: st.DrawFn) -> dict[str, Any]:
+def clusters(draw: st.DrawFn, *, nominated: bool = False) -> dict[str, Any]:
     n_nodes = draw(st.integers(1, 5))
     objects: list[dict[str, Any]] = []
     for i in range(n_nodes):
@@ -56,7 +57,16 @@ def clusters(draw: st.DrawFn) -> dict[str, Any]:
         )
     for j in range(draw(st.integers(0, 10))):
         objects.append(_pod(draw, f"p{j}", node=f"n{draw(st.integers(0, n_nodes - 1))}"))
+    if nominated:
+        # Pending pods promised to a node (kube-scheduler's nomination): they count there.
+        for j in range(draw(st.integers(0, 3))):
+            pod = _pod(draw, f"nom{j}", node=None)
+            pod["spec"]["priority"] = draw(st.sampled_from([500, 1000, 2000]))
+            pod["status"]["nominatedNodeName"] = f"n{draw(st.integers(0, n_nodes - 1))}"
+            objects.append(pod)
     pre = _pod(draw, "pre", node=None)
+    if nominated and draw(st.booleans()):
+        pre["status"]["nominatedNodeName"] = f"n{draw(st.integers(0, n_nodes - 1))}"
     return {"now": "2026-01-01T00:00:00Z", "objects": objects, "preemptor": [pre]}
 
 
@@ -242,3 +252,27 @@ def test_answers_agree_with_the_direct_filters(raw: dict[str, Any]) -> None:
     for n in names:
         passes = oracle(raw, n, _lower_on(raw, n))[0]
         assert not passes or oracle(raw, n, set())[1] or not _lower_on(raw, n), n
+
+
+@SETTINGS
+@given(clusters(nominated=True), st.sampled_from(("kubernetes", "minimal")))
+def test_the_index_answers_as_every_node_evaluated_afresh(raw: dict[str, Any], mode: str) -> None:
+    """`Index.scan` reads the shape's ranking on the nodes the filters leave alone
+    (`Filters.touched`) and evaluates the rest: the answer and every figure of the
+    explanation must be those of `index.full_scan`, which evaluates every node with them."""
+    c = case_mod.load(raw, where="generated")
+    pod = c.preemptors[0]
+    pre = default.preemptor(c.cluster, pod)
+    now = c.now
+    idx = index.Index(c.cluster)
+    # A ranking made before (another decision of the shape) must serve as well as a new one.
+    plain = default.Preemptor(pod, pre.priority, pre.requests)
+    idx.scan(plain, now, mode)
+    got, want = idx.scan(pre, now, mode), index.full_scan(c.cluster, pre, now, mode)
+    assert got.fitting == want.fitting
+    assert got.explanation == want.explanation
+    assert (
+        (got.best.node, got.best.victims) == (want.best.node, want.best.victims)
+        if want.best
+        else not got.best
+    )
