@@ -594,6 +594,10 @@ def decide(
             f"({first['value']} > {first['limit']})",
         )
 
+    missing = interpod.not_modelled(members)
+    if missing:
+        explanation[interpod.NOT_MODELLED] = missing
+        return make(UNSCHEDULABLE, interpod.not_modelled_reason(missing))
     constrained = [m.key for m in members if interpod.Filters(cluster, m).active]
     if constrained:
         # The job flow places members on per-member views of its own (capacity taken by the
@@ -601,7 +605,7 @@ def decide(
         # resources alone could evict for a member kube-scheduler still will not place.
         # Never `fits` or `preempt` then; the reason says what is not modelled
         # (docs/semantics.md §10).
-        explanation["notModelled"] = constrained
+        explanation[interpod.NOT_MODELLED] = constrained
         return make(
             UNSCHEDULABLE,
             f"not modelled: {constrained[0]} has host ports, required pod (anti-)affinity or "
