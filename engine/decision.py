@@ -58,6 +58,7 @@ class Decision:
     reason: str = ""
     explanation: dict[str, Any] = field(default_factory=dict)
     members: tuple[str, ...] = ()  # gang: the member pods (namespace/name) the decision places
+    member_uids: tuple[str, ...] = ()  # their uids, in the same order
 
     def answer(self) -> dict[str, Any]:
         """The `preemptctl decide` contract (conformance/FORMAT.md), plus the explanation."""

@@ -572,6 +572,7 @@ def decide(
         members[0].uid,
         explanation,
         members=tuple(m.key for m in members),
+        member_uids=tuple(m.uid for m in members),
     )
 
     def where(placements: dict[str, str]) -> dict[str, Any]:

@@ -85,6 +85,7 @@ class DecisionRecord(TypedDict):
     outcome: str
     node: NotRequired[str]
     placements: NotRequired[dict[str, str]]
+    memberUids: NotRequired[dict[str, str]]  # a gang's members by namespace/name: the actuator checks each
     victims: list[VictimRecord]
     reason: str
     explanation: dict[str, Any]

@@ -646,6 +646,10 @@ class Controller:
         }
         if d.placements is not None:
             rec["placements"] = dict(sorted(d.placements.items()))
+            # Every member's uid: the actuator checks each live member against it before it
+            # evicts for the gang (a member re-created or invented is refused).
+            uids = dict(zip(d.members, d.member_uids, strict=True))
+            rec["memberUids"] = {key: uids[key] for key in rec["placements"] if key in uids}
         elif d.node is not None:
             rec["node"] = d.node
         rec["victims"] = [v.to_json() for v in d.victims]
