@@ -28,9 +28,11 @@ import asyncio
 import functools
 import logging
 import os
+import signal
 import time
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import faust
 from aiokafka.admin import AIOKafkaAdminClient
@@ -50,9 +52,9 @@ from streams.pipeline import partitions as partitions_mod
 from streams.pipeline.faults import NONE, Faults
 from streams.pipeline.fold import tune_gc
 from streams.pipeline.outbox import KafkaOutbox, Outbox
-from streams.pipeline.partitions import Partitions
+from streams.pipeline.partitions import KAFKA_FAILURES, Partitions
 from streams.pipeline.pauses import Pauses
-from streams.pipeline.worker import CHECKPOINT_INTERVAL_S, Setup, SnapshotPolicy, Stalled
+from streams.pipeline.worker import CHECKPOINT_INTERVAL_S, Setup, SnapshotPolicy, Stalled, StoreUnavailable
 
 log = logging.getLogger("preemptctl.worker")
 
@@ -74,6 +76,8 @@ OWNERSHIP_CHECK_INTERVAL_S = 10.0
 # How long a partition that failed to open asks Kafka whether it answers at all, before
 # counting the failure as its own (streams.pipeline.partitions): one probe of each broker.
 UNREACHABLE_CHECK_S = 10.0
+# Exit codes (docs/topics.md, "Exit codes of preemptctl worker"): 0 stopped by SIGTERM or SIGINT
+# (at start-up too), 2 bad usage or configuration (streams.cli), and:
 # The process exits with this code when it must stop publishing (fenced by another
 # worker) or cannot open a partition: its supervisor restarts it.
 EXIT_FATAL = 3
@@ -81,6 +85,19 @@ EXIT_FATAL = 3
 # a record that can be neither folded nor dead-lettered, a store that cannot be written.
 # A restart may not help: the chart's alert PreemptctlWorkerStalled looks for this code.
 EXIT_STALLED = 4
+# ... and with this one when a partition's local store cannot be opened through every try
+# (a volume full or read-only, a broken RocksDB directory): a restart finds the same disk.
+# The chart's alert PreemptctlWorkerStoreUnavailable looks for this code.
+EXIT_STORE = 5
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code for what stops the process (`on_fatal`)."""
+    if isinstance(exc, Stalled):
+        return EXIT_STALLED
+    if isinstance(exc, StoreUnavailable):
+        return EXIT_STORE
+    return EXIT_FATAL
 
 
 def transactional_id(
@@ -189,7 +206,7 @@ def build_app(
 
     def fatal(exc: BaseException) -> None:
         # Nothing is lost by stopping here: the store never reflects unpublished output.
-        code = EXIT_STALLED if isinstance(exc, Stalled) else EXIT_FATAL
+        code = exit_code(exc)
         log.critical("exiting (code %d) for the supervisor to restart the worker: %s", code, exc)
         logging.shutdown()
         os._exit(code)
@@ -222,32 +239,16 @@ def build_app(
     async def commit_due() -> None:
         await partitions.tick()
 
-    app.timer(interval=CHECKPOINT_INTERVAL_S)(commit_due)
+    app.timer(interval=CHECKPOINT_INTERVAL_S)(guarded("commit", commit_due, partitions, fatal))
 
     admin: list[AIOKafkaAdminClient] = []  # started on first use, stopped at shutdown
 
     async def check_ownership() -> None:
-        try:
-            if not admin:
-                client = kafka.admin()  # with the worker's client security settings
-                try:
-                    await connection.start(kafka, client)
-                except BaseException:
-                    await client.close()
-                    raise
-                admin.append(client)
-            unowned = await ownership.unowned(admin[0], group=app_id, topic=names.cluster_events)
-        except connection.BrokerUnreachable as exc:
-            partitions.kafka_unanswered(str(exc))  # not ready until it answers again
-            return
-        except (KafkaError, OSError, connection.BrokerUnavailable) as exc:
-            log.warning("could not check which partitions the group owns (%s); again later", exc)
-            return
-        partitions.kafka_unanswered(None)
-        partitions.owners_seen(unowned, now=time.monotonic())
-        await partitions.check_logs()
+        await ownership_check(kafka, admin, partitions, group=app_id, topic=names.cluster_events)
 
-    app.timer(interval=OWNERSHIP_CHECK_INTERVAL_S)(check_ownership)
+    app.timer(interval=OWNERSHIP_CHECK_INTERVAL_S)(
+        guarded("ownership check", check_ownership, partitions, fatal)
+    )
 
     @app.agent(events_topic)
     async def fold(stream: Any) -> None:
@@ -281,6 +282,68 @@ def build_app(
             await client.close()
 
     return app
+
+
+def guarded(
+    name: str,
+    body: Callable[[], Awaitable[None]],
+    partitions: Partitions,
+    fatal: Callable[[BaseException], None],
+) -> Callable[[], Awaitable[None]]:
+    """A timer's body that nothing escapes: faust crashes the whole app (exit 1, tracebacks) on a
+    timer's exception. A Kafka failure (KAFKA_FAILURES) makes the process unready until the
+    timer's next run gets through (the timer's interval is the backoff); anything else is a bug,
+    and the process exits with EXIT_FATAL for its supervisor to restart it.
+    """
+
+    async def run() -> None:
+        try:
+            await body()
+        except KAFKA_FAILURES as exc:
+            partitions.kafka_unanswered(f"{name}: {type(exc).__name__}: {exc}")
+        except Exception as exc:
+            log.exception("%s failed", name)
+            fatal(partitions_mod.Fatal(f"{name} failed: {type(exc).__name__}: {exc}"))
+
+    run.__name__ = run.__qualname__ = getattr(body, "__name__", name)  # faust names timers by it
+    return run
+
+
+async def ownership_check(
+    kafka: connection.KafkaConfig,
+    admin: list[Any],
+    partitions: Partitions,
+    *,
+    group: str,
+    topic: str,
+) -> None:
+    """Which cluster-events partitions the group owns, and whether each open partition's log is
+    still the one it folded: every OWNERSHIP_CHECK_INTERVAL_S.
+
+    Kafka refusing a new connection (BrokerUnavailable: a rotated SASL password, a connection
+    quota, a certificate that no longer verifies, DNS), whether to the admin client or to a
+    partition's reader, makes the process unready until a later check gets through; a request
+    that fails is tried again at the next check. Neither ends the process.
+    """
+    try:
+        if not admin:
+            client = kafka.admin()  # with the worker's client security settings
+            try:
+                await connection.start(kafka, client)
+            except BaseException:
+                await client.close()
+                raise
+            admin.append(client)
+        unowned = await ownership.unowned(admin[0], group=group, topic=topic)
+    except connection.BrokerUnavailable as exc:
+        partitions.kafka_unanswered(str(exc))  # not ready until it answers again
+        return
+    except KAFKA_FAILURES as exc:
+        log.warning("could not check which partitions the group owns (%s); again later", exc)
+        return
+    partitions.owners_seen(unowned, now=time.monotonic())
+    if await partitions.check_logs():  # False: a reader was refused, and it said so
+        partitions.kafka_unanswered(None)
 
 
 async def wait_for_kafka(
@@ -320,6 +383,32 @@ async def wait_for_kafka(
             await server.stop()  # faust's app serves the port from now on
 
 
+T = TypeVar("T")
+
+
+async def until_stopped(work: Coroutine[Any, Any, T]) -> T | None:
+    """`work`'s result, or None when SIGTERM or SIGINT came first (the process then exits 0).
+
+    Before faust runs, nothing handles SIGTERM: a worker told to stop while it waited for Kafka
+    ended with -15 (SIGTERM's default), not the documented 0.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(work)
+    stops = (signal.SIGTERM, signal.SIGINT)
+    for sig in stops:
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # this coroutine itself is cancelled, not the work by a signal
+        return None
+    finally:
+        for sig in stops:
+            loop.remove_signal_handler(sig)
+
+
 def cmd(args: argparse.Namespace) -> int:
     kafka = connection.from_args(args)
     layout = kafka_topics.from_args(args)
@@ -335,17 +424,22 @@ def cmd(args: argparse.Namespace) -> int:
     # Before waiting for Kafka: what the wait says must reach the log in the chosen format.
     logs.configure(component="worker", level=args.log_level, fmt=args.log_format)
     try:
-        asyncio.run(
-            wait_for_kafka(
-                kafka,
-                layout,
-                create=not args.no_create_topics,
-                health_host=args.health_host,
-                health_port=args.health_port,
+        waited = asyncio.run(
+            until_stopped(
+                wait_for_kafka(
+                    kafka,
+                    layout,
+                    create=not args.no_create_topics,
+                    health_host=args.health_host,
+                    health_port=args.health_port,
+                )
             )
         )
     except kafka_topics.BrokerUnavailable as exc:
         raise UsageError(str(exc)) from exc
+    if waited is None:
+        log.info("stopped while waiting for Kafka")
+        return 0
     store_dir = Path(args.store_dir)
     try:
         store_dir.mkdir(parents=True, exist_ok=True)  # faust creates its directory inside, not parents

@@ -46,6 +46,11 @@ from streams.pipeline.faults import NONE, Faults, InjectedFault
 
 Headers = tuple[tuple[str, bytes], ...]
 
+# On every decision: the cluster-events incarnation it was folded from (streams.pipeline.worker.
+# incarnation_of). A worker opening a partition tells by it which published decisions are of
+# the log it folds, and which of a cluster-events topic since deleted and re-created.
+INCARNATION_HEADER = "preemptctl-incarnation"
+
 # Acknowledged by every in-sync replica: a decision the worker counts as published
 # must survive the loss of the partition leader.
 PRODUCER_ACKS = "all"
@@ -93,17 +98,21 @@ def decision(
     encoded: bytes | None = None,
     key_id: str | None = None,
     topic: str = records.DECISIONS,
+    incarnation: str | None = None,
 ) -> Outgoing:
     """A decision record, keyed by its cluster (DESIGN §5); its size is held by the controller.
 
     `encoded`: the record's bytes when the caller has them (the controller encodes
     each decision once, to hold it to the size limit). `key_id`: the id of the key
     that signed it, in the signing.KEY_ID_HEADER header (the actuator verifies with it).
+    `incarnation`: the cluster-events incarnation it was folded from (INCARNATION_HEADER).
     """
     value = encoded if encoded is not None else records.encode(record)
     headers = tuple(cloudevent.decision_headers(record))  # CloudEvents binary mode (docs/topics.md)
     if key_id is not None and record.get("sig"):
         headers += ((signing.KEY_ID_HEADER, key_id.encode()),)
+    if incarnation is not None:
+        headers += ((INCARNATION_HEADER, incarnation.encode()),)
     return Outgoing(topic, partition, record["cluster"].encode(), value, headers, decision=True)
 
 
@@ -239,6 +248,12 @@ async def _commit_faults(faults: Faults, decided: int, abort: Callable[[], Await
         os.kill(os.getpid(), signal.SIGSTOP)  # until SIGCONT: a paused worker, mid-transaction
 
 
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Mark a send's outcome as seen (the flush that awaits it reports a failure, if any does)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 class KafkaOutbox:
     """An Outbox over an aiokafka producer; `owns_producer`: close() stops it too."""
 
@@ -273,6 +288,9 @@ class KafkaOutbox:
             )
         except (KafkaError, InjectedFault) as exc:
             raise _failure(exc) from exc
+        # Retrieved whatever happens: a flush stops at the first failed send, and an abort drops
+        # the rest, whose failures asyncio would log as "Future exception was never retrieved".
+        fut.add_done_callback(_retrieve)
         self._pending.append(fut)
         self._decisions += record.decision
 

@@ -52,10 +52,18 @@ from prometheus_client import Counter, Gauge
 from schemas import records
 from streams.common.health import Health
 from streams.kafka import topics
+from streams.kafka.connection import BrokerUnavailable
 from streams.pipeline import metrics
 from streams.pipeline.outbox import Fenced, TransactionsUnavailable
 from streams.pipeline.pauses import Pauses
-from streams.pipeline.worker import POSITION, PartitionBroken, PartitionWorker, Setup, Stalled
+from streams.pipeline.worker import (
+    POSITION,
+    PartitionBroken,
+    PartitionWorker,
+    Setup,
+    Stalled,
+    StoreUnavailable,
+)
 
 log = logging.getLogger("preemptctl.worker")
 
@@ -89,12 +97,26 @@ STALLS = Counter(
     "preemptctl_worker_stalls_total",
     "Partitions that could not make progress (the process exits with code 4 right after).",
 )
+STORE_UNAVAILABLE = Counter(
+    "preemptctl_worker_store_unavailable_total",
+    "Partitions whose local store could not be opened through every try (the process exits with "
+    "code 5 right after).",
+)
 RESUMED = Counter(
     "preemptctl_worker_resumed_total",
     "Partitions given back after a revoke, by what happened: continued in memory (nothing was "
     "published for them meanwhile) or reopened from the store (someone else published).",
     ["how"],
 )
+
+
+# Every way a Kafka client of the worker fails (one rule, docs/topics.md "Progress"): a request
+# refused or timed out (KafkaError, TimeoutError), a connection that breaks (OSError, ssl.SSLError),
+# a client that cannot start, since new connections are refused (BrokerUnavailable: a rotated
+# SASL password, a connection quota, a certificate that no longer verifies, DNS). None of them
+# may escape a timer, a rebalance callback or the agent: they make the process unready and
+# are tried again, or lead to a documented exit code.
+KAFKA_FAILURES: tuple[type[BaseException], ...] = (KafkaError, OSError, BrokerUnavailable)
 
 
 class Fatal(RuntimeError):
@@ -197,25 +219,34 @@ class Partitions:
                 continue
             try:
                 ends = await self._output_ends(p)
-            except (KafkaError, OSError) as exc:
+            except KAFKA_FAILURES as exc:
                 log.warning("partition %d: revoked; its output ends are unknown (%s): closed", p, exc)
                 await self._close(worker)
                 continue
             self.suspended[p] = (worker, ends)
         self._update_ready()
 
-    async def check_logs(self) -> None:
+    async def check_logs(self) -> bool:
         """Reopen each open partition whose cluster-events log is not the one it folded (re-created
-        under it: its position means nothing there); called with the ownership check."""
+        under it: its position means nothing there); called with the ownership check.
+
+        False when Kafka refused a new connection (BrokerUnavailable: a rotated password, a
+        quota, ...): then the process is not ready (`kafka_unanswered`) until a later check
+        gets through. A request that fails is only tried again at the next check.
+        """
         for partition, worker in sorted(self.workers.items()):
             try:
                 same = await worker.same_log()
-            except (KafkaError, OSError) as exc:
+            except BrokerUnavailable as exc:
+                self.kafka_unanswered(str(exc))
+                return False
+            except KAFKA_FAILURES as exc:
                 log.warning("partition %d: could not check its log (%s); again later", partition, exc)
                 continue
             if not same and self.workers.get(partition) is worker:
                 log.error("partition %d: cluster-events was re-created under it: reopening", partition)
                 await self._reopen(partition)
+        return True
 
     async def _output_ends(self, partition: int) -> tuple[int, ...]:
         async with self.setup.reader() as reader:
@@ -294,7 +325,15 @@ class Partitions:
             if offset > worker.position + 1:
                 # The transport starts where the group last committed, which can be past the
                 # state (a lost store): read the gap from the log first.
-                await worker.catch_up(until=offset)
+                try:
+                    await worker.catch_up(until=offset)
+                except KAFKA_FAILURES as exc:
+                    # The gap could not be read (a new reader refused, a fetch failed): what was
+                    # folded of it is dropped, and reopening (which waits, unready, while Kafka
+                    # does not answer) catches up past this record.
+                    log.warning("partition %d: reading the log before %d failed (%s)", partition, offset, exc)
+                    worker.broken = f"{type(exc).__name__}: {exc}"
+                    raise PartitionBroken(worker.broken) from exc
                 if worker.position < offset - 1:
                     log.error(
                         "partition %d: offsets %d..%d are gone from the log; folding on at %d",
@@ -365,7 +404,7 @@ class Partitions:
         try:
             now = await self._output_ends(partition)
             same_log = await worker.same_log()
-        except (KafkaError, OSError) as exc:
+        except KAFKA_FAILURES as exc:
             now, same_log, reason = (), False, f"its output ends are unknown ({exc})"
         else:
             reason = (
@@ -423,11 +462,18 @@ class Partitions:
                 if worker is not None and worker.fenced:
                     self._fatal(Fatal(str(worker.broken)))
                     return None
-                away = await self._kafka_away()
+                # A store that cannot be opened is not Kafka's doing: its tries always count.
+                away = None if isinstance(exc, StoreUnavailable) else await self._kafka_away()
                 if away is None:
                     attempt += 1
                 if attempt == REOPEN_ATTEMPTS:
-                    self._fatal(Fatal(f"partition {partition} could not be opened: {exc}"))
+                    if isinstance(exc, StoreUnavailable):
+                        # Its own exit code (streams.pipeline.app.EXIT_STORE): a restart finds the
+                        # same disk; the supervisor's alert says so instead of "the broker away".
+                        STORE_UNAVAILABLE.inc()
+                        self._fatal(exc)
+                    else:
+                        self._fatal(Fatal(f"partition {partition} could not be opened: {exc}"))
                     return None
                 if away is not None:
                     log.warning(
@@ -490,6 +536,9 @@ class Partitions:
             await worker.close()
         except PartitionBroken:
             await self._discard(worker)
+        except Stalled as exc:
+            await self._discard(worker)
+            self._stalled(exc)
 
     def _fatal(self, exc: BaseException) -> None:
         log.critical("worker stops: %s", exc)

@@ -51,7 +51,7 @@ import dataclasses
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,6 +144,17 @@ class Stalled(RuntimeError):
         self.reason = reason
 
 
+class StoreUnavailable(RuntimeError):
+    """The partition's local store cannot be opened, migrated or rebuilt (a full or read-only
+    volume, a broken RocksDB directory). Tried like any failure to open; after the last try the
+    process exits with its own code (streams.pipeline.app.EXIT_STORE): a restart finds the same
+    disk, and the supervisor's alert must say so rather than "the broker away"."""
+
+    def __init__(self, partition: int, path: Path, exc: BaseException) -> None:
+        super().__init__(f"partition {partition}: the store at {path} cannot be opened: {_error(exc)}")
+        self.partition = partition
+
+
 @dataclass(frozen=True)
 class SnapshotPolicy:
     """When a snapshot is written: recovery replays at most the events folded since the last one."""
@@ -183,25 +194,55 @@ def fingerprint(key: bytes | None, value: bytes) -> str:
     return hashlib.blake2b((key or b"") + b"\0" + value, digest_size=16).hexdigest()
 
 
+def incarnation_of(offset: int, key: bytes | None, value: bytes) -> str:
+    """The cluster-events incarnation a fold from `offset` (its first record) belongs to.
+
+    Deterministic: every worker that folds this log from its start (after a crash, on another
+    node) names it the same, so its decisions are recognised as published; a re-created topic's
+    first record differs (a relist carries its own times), so the old log's decisions are not.
+    """
+    return f"{offset}-{fingerprint(key, value)}"
+
+
 class Published:
-    """Decisions found in the decisions topic after the state's commit: not sent again."""
+    """Decisions found in the decisions topic after the state's commit: not sent again.
+
+    Each is kept with the cluster-events incarnation it was folded from (the decision's
+    outbox.INCARNATION_HEADER; None for a record of a worker before that header). A decision
+    of another incarnation (the topic re-created: a relist folded from scratch reproduces the
+    old ids with new bytes) is not this log's: the new one is sent, and is not divergent.
+    """
 
     def __init__(self) -> None:
-        self._hashes: dict[str, str] = {}
+        self._hashes: dict[str, tuple[str, str | None]] = {}
 
-    def add(self, value: bytes) -> None:
+    def add(self, value: bytes, headers: Iterable[tuple[str, bytes]] = ()) -> None:
+        incarnation = next(
+            (v.decode("utf-8", "replace") for k, v in headers if k == outbox_mod.INCARNATION_HEADER), None
+        )
         try:
             d = orjson.loads(value)
-            self._hashes[str(d["id"])] = str(d["hash"])
+            self._hashes[str(d["id"])] = (str(d["hash"]), incarnation)
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return  # not a decision record: nothing of ours
 
     def __len__(self) -> int:
         return len(self._hashes)
 
-    def seen(self, d: Mapping[str, Any]) -> bool:
-        published = self._hashes.pop(str(d["id"]), None)
-        if published is None:
+    def seen(self, d: Mapping[str, Any], incarnation: str | None = None) -> bool:
+        """Was `d` published already, from the log of `incarnation` (None: any)?"""
+        found = self._hashes.pop(str(d["id"]), None)
+        if found is None:
+            return False
+        published, of = found
+        if of is not None and incarnation is not None and of != incarnation:
+            log.info(
+                "decision %s was published from another cluster-events incarnation (%s, not %s): "
+                "the topic was re-created; sending this log's",
+                d["id"],
+                of,
+                incarnation,
+            )
             return False
         if published != d["hash"]:
             # Determinism is the contract (DESIGN §3.1): say so loudly, keep the published one.
@@ -226,6 +267,9 @@ class PartitionWorker:
     committed: int = -1  # the last offset whose outputs are published
     stored: int = -1  # the last offset the store reflects
     decisions_next: int | None = None  # decisions offset after the last decision published
+    # The cluster-events incarnation folded (incarnation_of its first record), in every decision's
+    # header and in the state; None until the first record of a fold from scratch.
+    incarnation: str | None = None
     manifest: Manifest | None = None  # the latest snapshot of this partition
     since_snapshot: int = 0  # events folded since it
     published: Published = field(default_factory=Published)
@@ -274,10 +318,20 @@ class PartitionWorker:
     async def _load(cls, partition: int, setup: Setup, outbox: Outbox, reader: Reader) -> PartitionWorker:
         path = setup.store_dir / f"cluster-events-{partition}"
         start, end = await reader.bounds(setup.names.cluster_events, partition)
-        store = Store(path, faults=setup.faults)
+
+        def opened(make: Callable[[], Store]) -> Store:
+            """`make()`; a store that cannot be opened or written is StoreUnavailable."""
+            try:
+                return make()
+            except (Unmigratable, snapshot.Unreadable):
+                raise  # the store or snapshot's content, not the disk: handled below
+            except Exception as exc:  # OSError from the directory, RocksDB's own errors
+                raise StoreUnavailable(partition, path, exc) from exc
+
+        store = opened(lambda: Store(path, faults=setup.faults))
         try:
             try:
-                store = store.migrated()
+                store = opened(store.migrated)
             except Unmigratable as exc:
                 log.warning(
                     "partition %d: the local store is dropped, rebuilt from a snapshot or the log: %s",
@@ -286,7 +340,7 @@ class PartitionWorker:
                 )
                 store.close()
                 Store.destroy(path)
-                store = Store(path, faults=setup.faults)
+                store = opened(lambda: Store(path, faults=setup.faults))
             state = store.state()
             if state is not None and not await _belongs(reader, setup.names, partition, state, start, end):
                 log.warning(
@@ -294,7 +348,7 @@ class PartitionWorker:
                 )
                 store.close()
                 Store.destroy(path)
-                store, state = Store(path, faults=setup.faults), None
+                store, state = opened(lambda: Store(path, faults=setup.faults)), None
             local = int(state["position"]) if state is not None else -1
             latest = await snapshot.latest(reader, partition, topic=setup.names.snapshots)
             manifest = latest if latest is not None and latest.position <= local else None
@@ -318,9 +372,10 @@ class PartitionWorker:
                     )
                     store.close()
                     try:
-                        store = Store.replace(path, loaded, entries)
+                        store = opened(lambda: Store.replace(path, loaded, entries))  # noqa: B023
                     except BaseException:
-                        store = Store(path, faults=setup.faults)  # as it was: replace builds beside it
+                        # As it was: replace builds beside it.
+                        store = opened(lambda: Store(path, faults=setup.faults))
                         raise
                 except (snapshot.Unreadable, Unmigratable) as exc:
                     UNREADABLE_SNAPSHOTS.inc()
@@ -360,6 +415,12 @@ class PartitionWorker:
             )
         self.position = self.committed = self.stored = int(state["position"])
         self._fingerprint = str(state.get("fingerprint", ""))
+        # A state written before incarnations were recorded: named after its own position's record,
+        # so what this worker publishes from now on is told from another incarnation's.
+        incarnation = state.get("incarnation")
+        if incarnation is None and self._fingerprint and self.position >= 0:
+            incarnation = f"{self.position}-{self._fingerprint}"
+        self.incarnation = None if incarnation is None else str(incarnation)
         next_offset = state.get("decisionsNext")
         self.decisions_next = None if next_offset is None else int(next_offset)
         at_snapshot = self.manifest is not None and self.manifest.position == self.position
@@ -378,7 +439,7 @@ class PartitionWorker:
             )
             return
         async for m in reader.read(self.setup.names.decisions, self.partition, max(first, start), end):
-            self.published.add(m.value)
+            self.published.add(m.value, m.headers)
 
     async def same_log(self) -> bool:
         """Is cluster-events still the topic this worker folded (not deleted and re-created since)?"""
@@ -426,6 +487,8 @@ class PartitionWorker:
                 return  # already folded (re-delivery after a restart or a reopen)
             started = time.perf_counter()
             value = b"" if value is None else value  # a tombstone: dead-lettered as no value
+            if self.incarnation is None:  # the first record of a fold from scratch names the log
+                self.incarnation = incarnation_of(offset, key, value)
             try:
                 out = self._fold(offset, key, value)
             except Exception as exc:
@@ -468,7 +531,7 @@ class PartitionWorker:
                 out.append(self._dead(key, _encoded(event), where, exc.error_class, str(exc)))
                 continue
             for d in decisions:
-                if not self.published.seen(d):
+                if not self.published.seen(d, self.incarnation):
                     encoded = ctl.encoded.get(d["id"])
                     out.append(
                         outbox_mod.decision(
@@ -477,6 +540,7 @@ class PartitionWorker:
                             encoded=encoded,
                             key_id=self.setup.key_id,
                             topic=self.setup.names.decisions,
+                            incarnation=self.incarnation,
                         )
                     )
                     self._decided.append((started, d))
@@ -612,6 +676,7 @@ class PartitionWorker:
             "position": self.committed,
             "fingerprint": self._fingerprint,
             "decisionsNext": self.decisions_next,
+            "incarnation": self.incarnation,
             "sinceSnapshot": self.since_snapshot,
             "clusters": {name: ctl.state() for name, ctl in sorted(self.controllers.items())},
         }
