@@ -74,6 +74,12 @@ SHIFT = 2**31
 # every order of the tied pods; past this many orders the cluster is too tied to judge.
 MAX_ORDERS = 5040
 _INT = re.compile(r"^[+-]?[0-9]+$")
+# strconv.ParseInt(s, 10, bits)'s syntax: an optional sign, then ASCII digits and nothing else
+# (no whitespace, underscores, other Unicode digits, nor the trailing newline `$` lets through).
+_GO_DECIMAL = re.compile(r"[+-]?[0-9]+")
+# Go's zero time.Time, 0001-01-01T00:00:00Z, in epoch seconds: what an unset metav1.Time reads as.
+GO_ZERO_S = -62_135_596_800
+NANOS = 10**9
 
 
 class TooTied(Exception):
@@ -699,8 +705,34 @@ class Policy:
     seconds: int
 
 
+def _go_int(text: str, bits: int) -> int | None:
+    """strconv.ParseInt(text, 10, bits); None on an error (bad syntax or out of range)."""
+    if not _GO_DECIMAL.fullmatch(text):
+        return None
+    out = int(text)
+    return out if -(1 << (bits - 1)) <= out < 1 << (bits - 1) else None
+
+
+def _go_duration(seconds: int) -> int:
+    """time.Duration(seconds) * time.Second in nanoseconds: an int64 product, which wraps past
+    about 292 years (9223372036 s) as Go's multiplication does."""
+    out = (seconds * NANOS) & (2**64 - 1)
+    return out - 2**64 if out >= 2**63 else out
+
+
+def _nanos(epoch: float) -> int:
+    """Epoch seconds (whole, or to the microsecond) as integer nanoseconds."""
+    return round(epoch * 1_000_000) * 1000
+
+
 def _policy(pc: Mapping[str, Any], departures: frozenset[str]) -> Policy | None:
-    """parsePreemptionTolerationPolicy; None when it does not parse (then nothing is exempt)."""
+    """parsePreemptionTolerationPolicy; None when it does not parse (then nothing is exempt).
+
+    The minimum is ParseInt(s, 10, 32), the seconds ParseInt(s, 10, 64), on the annotation's
+    text as it is: preemptctl reads them the same way (no switch). The default minimum is
+    `pc.Value + 1` in int32, which no PriorityClass the API server admits (at most 2000001000)
+    overflows.
+    """
     annotations = (pc.get("metadata") or {}).get("annotations") or {}
 
     def read(name: str) -> str | None:
@@ -714,18 +746,22 @@ def _policy(pc: Mapping[str, Any], departures: frozenset[str]) -> Policy | None:
     if "toleration-in-every-profile" in departures and minimum is None and seconds is None:
         return None  # preemptctl: a class without annotations has no policy at all
     value = int(pc.get("value") or 0)
-    if "toleration-annotation-alias" in departures:  # preemptctl's int() of the stripped text
-        minimum = None if minimum is None else minimum.strip()
-        seconds = None if seconds is None else seconds.strip()
-    if minimum is not None and (not _INT.match(minimum) or not -(2**31) <= int(minimum) < 2**31):
+    min_value = value + 1 if minimum is None else _go_int(minimum, 32)
+    sec_value = 0 if seconds is None else _go_int(seconds, 64)
+    if min_value is None or sec_value is None:
         return None
-    if seconds is not None and not _INT.match(seconds):
-        return None
-    return Policy(value + 1 if minimum is None else int(minimum), 0 if seconds is None else int(seconds))
+    return Policy(min_value, sec_value)
 
 
 def exempt(world: World, victim: Pod, preemptor: Pod, now: float, departures: frozenset[str]) -> bool:
-    """ExemptedFromPreemption."""
+    """ExemptedFromPreemption.
+
+    A PodScheduled=True condition without lastTransitionTime reads as Go's zero time (long
+    past every window). The window is `scheduledAt.Add(time.Duration(seconds) * time.Second)`,
+    a product that wraps in int64 nanoseconds (`_go_duration`) under either switch position:
+    no documented departure says otherwise. 0 seconds are no special case: a scheduled time
+    ahead of now (a skewed clock) protects until then.
+    """
     if not victim.klass:
         return False
     pc = world.classes.get(victim.klass)
@@ -740,15 +776,10 @@ def exempt(world: World, victim: Pod, preemptor: Pod, now: float, departures: fr
     if scheduled is None or scheduled.get("status") != "True":
         return True
     at = _time(scheduled.get("lastTransitionTime"))
-    if at is None:
-        return True
-    if policy.seconds == 0:
-        # preemptctl: 0 seconds protect nothing once scheduled; upstream: a scheduled time
-        # still in the future (a skewed clock) protects.
-        return "toleration-boundary-inclusive" not in departures and at > now
+    until = (GO_ZERO_S * NANOS if at is None else _nanos(at)) + _go_duration(policy.seconds)
     if "toleration-boundary-inclusive" in departures:
-        return now - at <= policy.seconds
-    return at + policy.seconds > now
+        return _nanos(now) <= until  # preemptctl: still protected at the window's last instant
+    return until > _nanos(now)  # upstream: scheduledAt.Add(d).After(now)
 
 
 # ---- victims on one node ----------------------------------------------------------------
