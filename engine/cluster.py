@@ -84,8 +84,11 @@ class Cluster:
         self._bound_in_ns: dict[str, dict[str, Pod]] = {}
         self._bound_in_class: dict[str, set[str]] = {}
         # Bound, non-terminal pods with required pod anti-affinity: every preemptor must
-        # keep out of their domains when their terms match it (engine.interpod).
+        # keep out of their domains when their terms match it (engine.interpod). Grouped by
+        # their terms too: a workload's replicas share them, so a preemptor matches each
+        # group once, not each pod.
         self.anti_affine: dict[str, Pod] = {}
+        self.anti_groups: dict[tuple[Any, ...], dict[str, Pod]] = {}
         # Bound, non-terminal pods holding a host port, by port number: the nodes where a
         # preemptor's port can clash, without a scan.
         self.host_ports: dict[int, dict[str, Pod]] = {}
@@ -410,6 +413,8 @@ class Cluster:
                 in_ns[pod.uid] = pod
             if pod.uid in self.anti_affine:
                 self.anti_affine[pod.uid] = pod
+                assert pod.scheduling is not None  # equal records: the same terms
+                self.anti_groups[pod.scheduling.anti_affinity][pod.uid] = pod
             if pod.scheduling is not None:
                 for port in pod.scheduling.ports:
                     self.host_ports[port.port][pod.uid] = pod
@@ -424,6 +429,7 @@ class Cluster:
         if pod.scheduling is not None:
             if pod.scheduling.anti_affinity:
                 self.anti_affine[pod.uid] = pod
+                self.anti_groups.setdefault(pod.scheduling.anti_affinity, {})[pod.uid] = pod
             for port in pod.scheduling.ports:
                 self.host_ports.setdefault(port.port, {})[pod.uid] = pod
         if pod.priority_class:
@@ -443,7 +449,12 @@ class Cluster:
         in_ns = self._bound_in_ns.get(pod.namespace)
         if in_ns is not None:
             in_ns.pop(pod.uid, None)
-        self.anti_affine.pop(pod.uid, None)
+        if self.anti_affine.pop(pod.uid, None) is not None and pod.scheduling is not None:
+            alike = self.anti_groups.get(pod.scheduling.anti_affinity)
+            if alike is not None:
+                alike.pop(pod.uid, None)
+                if not alike:
+                    del self.anti_groups[pod.scheduling.anti_affinity]
         if pod.scheduling is not None:
             for port in pod.scheduling.ports:
                 held = self.host_ports.get(port.port)

@@ -22,6 +22,7 @@ plugins/podtopologyspread/common.go, pkg/scheduler/util GetHostPorts):
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from engine.selectors import LabelSelector, Requirement
 # the one namespace label known without Namespace objects (docs/semantics.md §10).
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 ANY_IP = "0.0.0.0"
+PROTOCOLS = ("TCP", "UDP", "SCTP")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +65,27 @@ class PodTerm:
     own_namespace: bool = False
 
     def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        """Does a pod of `namespace` with `labels` match? (An existing pod's term against the
+        preemptor: upstream matches the namespace selector with the namespace's labels.)"""
         if self.selector is None:
             return False
         if namespace not in self.namespaces:
             ns = self.namespace_selector
             if ns is None or not (ns.empty or ns.matches({NAMESPACE_NAME_LABEL: namespace})):
+                return False
+        return self.selector.matches(labels)
+
+    def matches_incoming(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        """`matches` for the preemptor's own terms, as kube-scheduler evaluates them: the
+        namespaces its selector picks are added to the term's, and the selector itself is
+        then still matched against no labels at all (mergeAffinityTermNamespacesIfNotEmpty
+        takes the term by value, so its reset of the selector is lost), so a selector that
+        an empty label set satisfies (`NotIn`, `DoesNotExist`, `{}`) admits every namespace."""
+        if self.selector is None:
+            return False
+        if namespace not in self.namespaces:
+            ns = self.namespace_selector
+            if ns is None or not (ns.matches({}) or ns.matches({NAMESPACE_NAME_LABEL: namespace})):
                 return False
         return self.selector.matches(labels)
 
@@ -196,13 +214,21 @@ def _ports(spec: Mapping[str, Any], where: str) -> tuple[HostPort, ...]:
             if not isinstance(p, dict):
                 raise InvalidObject(f"{where} container port must be a mapping")
             host = p.get("hostPort")
-            if host is None or host == 0:
+            if host is None:
                 continue
             port = _whole(host, f"{where} hostPort", low=0, high=65535)
+            if port == 0:
+                continue  # no host port: upstream's GetHostPorts keeps only hostPort > 0
             protocol = p.get("protocol") or "TCP"
+            if protocol not in PROTOCOLS:
+                raise InvalidObject(
+                    f"{where} port protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}"
+                )
             ip = p.get("hostIP") or ANY_IP
-            if not isinstance(protocol, str) or not isinstance(ip, str):
-                raise InvalidObject(f"{where} port protocol and hostIP must be strings")
+            try:
+                ipaddress.ip_address(ip)
+            except (TypeError, ValueError):
+                raise InvalidObject(f"{where} hostIP must be an IP address, got {ip!r}") from None
             out.append(HostPort(protocol, ip, port))
     return tuple(out)
 
@@ -295,8 +321,13 @@ def parse(spec: Mapping[str, Any], where: str) -> Scheduling | None:
     spread: list[Spread] = []
     for raw in _list(spread_raw, f"{where} topologySpreadConstraints"):
         c = _mapping(raw, f"{where} topologySpreadConstraint")
-        if c.get("whenUnsatisfiable") != "DoNotSchedule":
-            continue  # ScheduleAnyway only scores
+        when = c.get("whenUnsatisfiable")
+        if when not in ("DoNotSchedule", "ScheduleAnyway"):
+            raise InvalidObject(
+                f"{where} whenUnsatisfiable must be DoNotSchedule or ScheduleAnyway, got {when!r}"
+            )
+        if when == "ScheduleAnyway":
+            continue  # only scores
         key = c.get("topologyKey")
         if not isinstance(key, str) or not key:
             raise InvalidObject(f"{where} topologySpreadConstraint needs a topologyKey")

@@ -214,6 +214,10 @@ def _evaluate_filtered(
         return NodeEval(name, FITS, "fits without preemption")
     if status[0] == interpod.UNRESOLVABLE:
         return NodeEval(name, REJECTED, status[1])
+    hopeless = filters.hopeless(state)
+    if hopeless is not None:
+        # No pod of this node counts for what fails here: nothing evicted here can help.
+        return NodeEval(name, REJECTED, f"{hopeless} whatever is evicted on this node")
     potential, expires = potential_victims(cluster, state, pre, now, ordered)
     for pod in potential:
         resources.add(free, pod.requests)

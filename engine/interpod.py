@@ -23,7 +23,8 @@ cure them). docs/semantics.md §1 states the rules and §10 the departures.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine import placement
@@ -59,6 +60,7 @@ class _SpreadState:
     constraint: Spread
     counts: dict[str, int]  # domain value -> matching pods, every eligible domain present
     lowest: list[tuple[int, str]]  # the two smallest (count, value), for the minimum without one domain
+    movers: set[str]  # nodes hosting a pod whose eviction changes a count
 
 
 class Filters:
@@ -74,28 +76,43 @@ class Filters:
         spread: tuple[Spread, ...] = s.spread if s is not None else ()
         self.spread_keys = tuple(c.topology_key for c in spread)
         nodes = cluster.nodes
-        # Existing pods' required anti-affinity terms that match the preemptor, by pair.
+        # Existing pods' required anti-affinity terms that match the preemptor, by pair, and
+        # the nodes hosting such pods (only evicting them can lift what they forbid).
         self.existing: dict[Pair, int] = {}
-        for uid in sorted(cluster.anti_affine):
-            q = cluster.anti_affine[uid]
-            state = nodes.get(q.node or "")
-            if state is not None:
-                for t in self._against_me(q):
-                    value = state.node.labels.get(t.topology_key)
-                    if value is not None:
-                        _bump(self.existing, (t.topology_key, value), 1)
+        self.existing_hosts: set[str] = set()
+        for terms, group in cluster.anti_groups.items():
+            matching = [t for t in terms if t.matches(pod.namespace, pod.labels)]
+            if not matching:
+                continue
+            for uid in sorted(group):
+                state = nodes.get(group[uid].node or "")
+                if state is not None:
+                    self.existing_hosts.add(state.node.name)
+                    for t in matching:
+                        value = state.node.labels.get(t.topology_key)
+                        if value is not None:
+                            _bump(self.existing, (t.topology_key, value), 1)
         self.affinity_counts: dict[Pair, int] = {}
         self.anti_counts: dict[Pair, int] = {}
-        # Nodes hosting a pod that counts for the preemptor's affinity: evicting it may undo it.
+        # Nodes hosting a pod that counts for the preemptor's affinity (evicting it may undo
+        # it), and for its anti-affinity (only evicting those can lift it).
         self.affinity_hosts: set[str] = set()
+        self.anti_hosts: set[str] = set()
         if self.affinity or self.anti:
             for q, node in self._bound(self._term_namespaces()):
                 self._count_incoming(q, node, 1, self.affinity_counts, self.anti_counts)
-                if self.affinity and all(t.matches(q.namespace, q.labels) for t in self.affinity):
+                if self.affinity and all(t.matches_incoming(q.namespace, q.labels) for t in self.affinity):
                     self.affinity_hosts.add(node.name)
-        self.self_affine = all(t.matches(pod.namespace, pod.labels) for t in self.affinity)
+                if any(t.matches_incoming(q.namespace, q.labels) for t in self.anti):
+                    self.anti_hosts.add(node.name)
+        self.self_affine = all(t.matches_incoming(pod.namespace, pod.labels) for t in self.affinity)
         self.spread = [self._spread_state(c) for c in spread]
         self.active = bool(self.ports or self.affinity or self.anti or self.spread or self.existing)
+        # InterPodAffinity's PreFilter says Skip when no existing pod's anti-affinity matches
+        # the preemptor and it has no terms of its own: its AddPod and Filter never run, so a
+        # nominated pod's anti-affinity is not read either.
+        self.interpod = bool(self.affinity or self.anti or self.existing)
+        self._touched: frozenset[str] | None = None
 
     # ---- PreFilter ---------------------------------------------------------------------
 
@@ -128,13 +145,13 @@ class Filters:
         self, q: Pod, node: Node, by: int, affinity: dict[Pair, int], anti: dict[Pair, int]
     ) -> None:
         labels = node.labels
-        if self.affinity and all(t.matches(q.namespace, q.labels) for t in self.affinity):
+        if self.affinity and all(t.matches_incoming(q.namespace, q.labels) for t in self.affinity):
             for t in self.affinity:
                 value = labels.get(t.topology_key)
                 if value is not None:
                     _bump(affinity, (t.topology_key, value), by)
         for t in self.anti:
-            if t.matches(q.namespace, q.labels):
+            if t.matches_incoming(q.namespace, q.labels):
                 value = labels.get(t.topology_key)
                 if value is not None:
                     _bump(anti, (t.topology_key, value), by)
@@ -156,13 +173,48 @@ class Filters:
             eligible[name] = ok
             if ok:
                 counts.setdefault(node.labels[c.topology_key], 0)
-        if not c.counts_nothing:
-            for q, node in self._bound([self.pod.namespace]):
-                if eligible.get(node.name) and not q.deleting and c.matches(q.labels):
+        movers: set[str] = set()
+        for q, node in self._bound([self.pod.namespace]):
+            if eligible.get(node.name) and c.matches(q.labels):
+                # Evicting it lowers its domain's count (terminating too: upstream's update).
+                movers.add(node.name)
+                if not q.deleting and not c.counts_nothing:
                     counts[node.labels[c.topology_key]] += 1
-        return _SpreadState(c, counts, sorted((n, v) for v, n in counts.items())[:2])
+        return _SpreadState(c, counts, sorted((n, v) for v, n in counts.items())[:2], movers)
+
+    def hopeless(self, state: NodeState) -> str | None:
+        """Why no eviction on this node can make a filter pass here, checked without
+        evaluating it: a spread skew, an anti-affinity or an existing pod's anti-affinity
+        that fails with every pod present, and no pod of this node counts for it. The
+        pods elsewhere in the domain stay whatever is evicted here."""
+        labels, name, pod_labels = state.node.labels, state.node.name, self.pod.labels
+        for sp in self.spread:
+            c = sp.constraint
+            value = labels.get(c.topology_key)
+            if value is None or name in sp.movers:
+                continue
+            count = sp.counts.get(value, 0)
+            low = 0 if len(sp.counts) < c.min_domains or not sp.lowest else sp.lowest[0][0]
+            if count + (1 if c.matches(pod_labels) else 0) - low > c.max_skew:
+                return SPREAD
+        if name not in self.anti_hosts:
+            for t in self.anti:
+                value = labels.get(t.topology_key)
+                if value is not None and self.anti_counts.get((t.topology_key, value), 0) > 0:
+                    return ANTI
+        if self.existing and name not in self.existing_hosts:
+            for (key, value), n in self.existing.items():
+                if n > 0 and labels.get(key) == value:
+                    return EXISTING_ANTI
+        return None
 
     def touched(self) -> set[str]:
+        """`_touched`, computed once per decision (the state is the cluster as it is now)."""
+        if self._touched is None:
+            self._touched = self._find_touched()
+        return set(self._touched)
+
+    def _find_touched(self) -> frozenset[str]:
         """The nodes where these filters can change an evaluation; on every other node every
         filter passes whatever is evicted there (and nothing is nominated there), so the
         node's evaluation is the one that reads resources alone (`index.Index.scan`).
@@ -173,21 +225,27 @@ class Filters:
         are in the set. So are nodes nominated pods are promised to, whose counts they add to.
         """
         cluster = self.cluster
-        out: set[str] = set(cluster.nominated_nodes)
+        nodes = cluster.nodes
+        # Only nodes that exist: a pod can name a node that is gone or not seen yet (an
+        # orphan, a nomination to a scaled-down node), which no evaluation reads.
+        out: set[str] = {name for name in cluster.nominated_nodes if name in nodes}
         for want in self.ports:
             for q in cluster.host_ports.get(want.port, {}).values():
                 ports = q.scheduling.ports if q.scheduling is not None else ()
-                if q.node is not None and any(want.conflicts(have) for have in ports):
+                if q.node in nodes and any(want.conflicts(have) for have in ports):
                     out.add(q.node)
         out |= self.affinity_hosts
         if not (self.spread or self.affinity or self.anti or self.existing):
-            return out
+            return frozenset(out)
         anti = [
             (t.topology_key, {v for (k, v), n in self.anti_counts.items() if n > 0 and k == t.topology_key})
             for t in self.anti
         ]
         anti = [(k, values) for k, values in anti if values]
-        existing = [pair for pair, n in self.existing.items() if n > 0]
+        existing: dict[str, set[str]] = {}
+        for (key, value), n in self.existing.items():
+            if n > 0:
+                existing.setdefault(key, set()).add(value)
         affinity_keys = tuple(t.topology_key for t in self.affinity)
         # No pod anywhere counts and the preemptor matches its own terms: upstream lets it
         # through on any node that has every topology key.
@@ -209,7 +267,7 @@ class Filters:
             labels = state.node.labels
             if (
                 any(labels.get(k) in values for k, values in anti)
-                or any(labels.get(k) == v for k, v in existing)
+                or any(labels.get(k) in values for k, values in existing.items())
                 or any(key not in labels for key in affinity_keys)
                 or any(
                     self.affinity_counts.get((t.topology_key, labels[t.topology_key]), 0) <= 0
@@ -218,7 +276,7 @@ class Filters:
                 or any(key not in labels or counts.get(labels[key], 0) > most for key, counts, most in spread)
             ):
                 out.add(name)
-        return out
+        return frozenset(out)
 
     # ---- Filter ------------------------------------------------------------------------
 
@@ -238,7 +296,9 @@ class Filters:
             ports = q.scheduling.ports if q.scheduling is not None else ()
             if (
                 any(w.conflicts(h) for w in self.ports for h in ports)
-                or any(t.topology_key in labels and t.matches(q.namespace, q.labels) for t in self.anti)
+                or any(
+                    t.topology_key in labels and t.matches_incoming(q.namespace, q.labels) for t in self.anti
+                )
                 or any(t.topology_key in labels for t in self._against_me(q))
             ):
                 out.append(q)
@@ -267,13 +327,14 @@ class NodeView:
         self.labels = labels = node.labels
         self.eligible = tuple(filters._eligible(sp.constraint, node) for sp in filters.spread)
         self._parts: dict[str, _Part] = {}
-        # The node's own pods' ports, counted: a port held twice is freed by neither alone.
+        # The node's used ports as kube-scheduler keeps them, a set (HostPortInfo): removing
+        # any holder frees the port, adding one takes it, whoever else holds it.
         self.ports: dict[HostPort, int] = {}
         if filters.ports:
             for q in state.pods.values():
                 if q.scheduling is not None:
                     for port in q.scheduling.ports:
-                        self.ports[port] = self.ports.get(port, 0) + 1
+                        self.ports[port] = 1
         self.spread = [0] * len(filters.spread)
         self.affinity: dict[Pair, int] = {}
         self.anti: dict[Pair, int] = {}
@@ -294,7 +355,7 @@ class NodeView:
         f, labels, pod = self.f, self.labels, self.f.pod
         sched = q.scheduling
         affinity: tuple[Pair, ...] = ()
-        if f.affinity and all(t.matches(q.namespace, q.labels) for t in f.affinity):
+        if f.affinity and all(t.matches_incoming(q.namespace, q.labels) for t in f.affinity):
             affinity = tuple(
                 (t.topology_key, labels[t.topology_key]) for t in f.affinity if t.topology_key in labels
             )
@@ -308,7 +369,7 @@ class NodeView:
             tuple(
                 (t.topology_key, labels[t.topology_key])
                 for t in f.anti
-                if t.topology_key in labels and t.matches(q.namespace, q.labels)
+                if t.topology_key in labels and t.matches_incoming(q.namespace, q.labels)
             ),
             tuple(
                 (t.topology_key, labels[t.topology_key]) for t in f._against_me(q) if t.topology_key in labels
@@ -319,7 +380,7 @@ class NodeView:
 
     def _apply(self, part: _Part, by: int) -> None:
         for port in part.ports:
-            self.ports[port] = self.ports.get(port, 0) + by
+            self.ports[port] = 1 if by > 0 else 0
         for i, n in enumerate(part.spread):
             if n:
                 self.spread[i] += by
@@ -343,24 +404,28 @@ class NodeView:
         `resources_fit` is NodeResourcesFit's verdict (of the first pass)."""
         if not self.nominated:
             return self._check(resources_fit)
-        for part in self.nominated:
-            self._apply(part, 1)
-        try:
+        with self._with_nominated():
             why = self._check(resources_fit)
-        finally:
-            for part in self.nominated:
-                self._apply(part, -1)
         return why if why is not None else self._check(True)
 
     def ports_blocked(self) -> bool:
         """NodePorts alone, first pass (with the nominated pods)."""
+        with self._with_nominated():
+            return self._ports_blocked()
+
+    @contextlib.contextmanager
+    def _with_nominated(self) -> Iterator[None]:
+        """The first pass: the nominated pods added to a copy (upstream clones the node and
+        the state), so taking them away again cannot free a port another pod holds."""
+        ports = dict(self.ports)
         for part in self.nominated:
             self._apply(part, 1)
         try:
-            return self._ports_blocked()
+            yield
         finally:
             for part in self.nominated:
                 self._apply(part, -1)
+            self.ports = ports
 
     def _ports_blocked(self) -> bool:
         for want in self.f.ports:
@@ -414,6 +479,8 @@ class NodeView:
                     pair = (t.topology_key, value)
                     if base.get(pair, 0) + delta.get(pair, 0) > 0:
                         return UNSCHEDULABLE, ANTI
+        if not f.interpod:
+            return None
         base, delta = f.existing, self.existing
         for pair in self.existing_here:
             if base[pair] + delta.get(pair, 0) > 0:

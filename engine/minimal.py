@@ -486,10 +486,11 @@ def evaluate_node(
     greedy = default.evaluate_node(cluster, state, pre, now, ordered)
     if greedy.status != CANDIDATE:
         return greedy
-    if pre.filters is not None:
-        # The search trades pods by the resources they free; with inter-pod filters a pod
-        # also matters by its labels and ports, which it does not model. Such a preemptor
-        # keeps the default reprieve's set, ranked by minimal's key (docs/semantics.md §7).
+    if pre.filters is not None and state.node.name in pre.filters.touched():
+        # The search trades pods by the resources they free; where inter-pod filters can
+        # change the answer a pod also matters by its labels and ports, which it does not
+        # model: there the default reprieve's set is kept, ranked by minimal's key
+        # (docs/semantics.md §7). Elsewhere the filters pass whatever is evicted.
         key = disruption_key(cluster, greedy.victims)
         return NodeEval(
             state.node.name,

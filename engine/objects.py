@@ -409,7 +409,25 @@ def _plain_requests(spec: Mapping[str, Any]) -> tuple[Resources, int] | None:
     return total, GUARANTEED if guaranteed else BURSTABLE
 
 
+def _check_containers(spec: Mapping[str, Any], where: str) -> None:
+    """Containers are a list of mappings whose `resources` is a mapping (the API server's
+    schema): anything else is a bad object, refused with its reason, never a crash."""
+    for field_name in ("containers", "initContainers"):
+        items = spec.get(field_name)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            raise InvalidObject(f"{where} {field_name} must be a list")
+        for i, c in enumerate(items):
+            if not isinstance(c, dict):
+                raise InvalidObject(f"{where} {field_name}[{i}] must be a mapping")
+            res = c.get("resources")
+            if res is not None and not isinstance(res, dict):
+                raise InvalidObject(f"{where} {field_name}[{i}].resources must be a mapping")
+
+
 def _spec_fields(spec: Mapping[str, Any], where: str) -> _SpecFields:
+    _check_containers(spec, where)
     grace = spec.get("terminationGracePeriodSeconds")
     tolerations = spec.get("tolerations")
     selector = spec.get("nodeSelector")

@@ -307,3 +307,29 @@ def test_memo_keys_never_confuse_values_json_writes_alike() -> None:
 def test_limits_equal_to_requests_in_other_words_are_guaranteed() -> None:
     res = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1000m", "memory": "1024Mi"}}
     assert objects.pod(_pod({"containers": [{"resources": res}]})).qos == GUARANTEED
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"containers": ["x"]},
+        {"containers": "x"},
+        {"initContainers": [{"name": "i", "resources": [1]}]},
+        {"containers": [{"name": "c", "ports": [{"hostPort": False}]}]},
+        {"containers": [{"name": "c", "ports": [{"hostPort": 0.5}]}]},
+        {"containers": [{"name": "c", "ports": [{"hostPort": 70000}]}]},
+        {"containers": [{"name": "c", "ports": [{"hostPort": 80, "protocol": "ICMP"}]}]},
+        {"containers": [{"name": "c", "ports": [{"hostPort": 80, "hostIP": "not-an-ip"}]}]},
+        {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "k", "whenUnsatisfiable": "Bogus"}]},
+        {"topologySpreadConstraints": [{"maxSkew": 0, "topologyKey": "k", "whenUnsatisfiable": "DoNotSchedule"}]},
+        {"topologySpreadConstraints": [{"maxSkew": 1, "whenUnsatisfiable": "DoNotSchedule"}]},
+        {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {}}]}}},
+        {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": "x"}}},
+        {"volumes": "x"},
+    ],
+)
+def test_a_spec_the_api_server_would_refuse_is_refused_with_its_reason(spec: dict[str, Any]) -> None:
+    """Never another exception: the worker dead-letters InvalidObject with its reason, and
+    `decide` exits 2 with one line."""
+    with pytest.raises(InvalidObject):
+        objects.pod({"metadata": {"name": "a"}, "spec": spec})
