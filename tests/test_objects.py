@@ -321,9 +321,17 @@ def test_limits_equal_to_requests_in_other_words_are_guaranteed() -> None:
         {"containers": [{"name": "c", "ports": [{"hostPort": 80, "protocol": "ICMP"}]}]},
         {"containers": [{"name": "c", "ports": [{"hostPort": 80, "hostIP": "not-an-ip"}]}]},
         {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "k", "whenUnsatisfiable": "Bogus"}]},
-        {"topologySpreadConstraints": [{"maxSkew": 0, "topologyKey": "k", "whenUnsatisfiable": "DoNotSchedule"}]},
+        {
+            "topologySpreadConstraints": [
+                {"maxSkew": 0, "topologyKey": "k", "whenUnsatisfiable": "DoNotSchedule"}
+            ]
+        },
         {"topologySpreadConstraints": [{"maxSkew": 1, "whenUnsatisfiable": "DoNotSchedule"}]},
-        {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {}}]}}},
+        {
+            "affinity": {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {}}]}
+            }
+        },
         {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": "x"}}},
         {"volumes": "x"},
     ],
