@@ -76,7 +76,11 @@ def _cases(folder: str) -> list[Path]:
 
 @pytest.mark.parametrize(
     ("path", "profile"),
-    [(p, DEFAULT) for p in _cases("k8s")] + [(p, TOLERATION) for p in _cases("toleration")],
+    [(p, DEFAULT) for p in _cases("k8s")]
+    + [(p, TOLERATION) for p in _cases("toleration")]
+    # The inter-pod filters' cases, but those answered "not modelled" (docs/semantics.md §10),
+    # where preemptctl declines what kube-scheduler decides.
+    + [(p, DEFAULT) for p in _cases("interpod") if "not-modelled" not in p.stem],
     ids=lambda v: v.stem if isinstance(v, Path) else v,
 )
 def test_bundled_case(parity: Harness, path: Path, profile: str) -> None:
