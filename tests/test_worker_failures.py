@@ -265,6 +265,28 @@ def test_a_refused_reader_while_reading_a_gap_reopens_the_partition(tmp_path: Pa
     assert p.decisions() == _reference(log)
 
 
+def test_a_transactional_producer_refused_by_kafka_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """exactly_once: InitProducerId timing out while Kafka refuses connections is not "a broker
+    without transactions" (exit 3): it is BrokerUnreachable, which the partition waits out."""
+    reachable = True
+
+    async def start_transactional(kafka: Any, transactional_id: str) -> Any:
+        raise outbox.TransactionsUnavailable("no InitProducerId within 30s")
+
+    async def reach(kafka: Any, **kwargs: Any) -> None:
+        if not reachable:
+            raise REFUSED
+
+    monkeypatch.setattr(outbox, "start_transactional", start_transactional)
+    monkeypatch.setattr(connection, "reach", reach)
+    kafka = connection.KafkaConfig(bootstrap="127.0.0.1:9")
+    with pytest.raises(outbox.TransactionsUnavailable):
+        asyncio.run(app_mod.start_producer(kafka, "g-t-0"))
+    reachable = False
+    with pytest.raises(connection.BrokerUnreachable):
+        asyncio.run(app_mod.start_producer(kafka, "g-t-0"))
+
+
 # ---- exit codes ----------------------------------------------------------------------------
 
 

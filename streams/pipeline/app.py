@@ -175,12 +175,10 @@ def build_app(
 
     async def new_outbox(partition: int) -> Outbox:
         if exactly_once:
-            producer = await outbox_mod.start_transactional(kafka, transactional_id(app_id, partition, names))
+            producer = await start_producer(kafka, transactional_id(app_id, partition, names))
             return KafkaOutbox(producer, transactional=True, owns_producer=True, faults=faults)
         if not shared:
-            producer = outbox_mod.new_producer(kafka)
-            await connection.start(kafka, producer)
-            shared.append(producer)
+            shared.append(await start_producer(kafka, None))
         return KafkaOutbox(shared[0], transactional=False, owns_producer=False, faults=faults)
 
     async def unreachable() -> str | None:
@@ -282,6 +280,29 @@ def build_app(
             await client.close()
 
     return app
+
+
+async def start_producer(kafka: connection.KafkaConfig, transactional_id: str | None) -> Any:
+    """A started producer for the outboxes (transactional with an id); stopped if it does not start.
+
+    A transactional producer that does not initialise in time is a broker without transactions
+    (TransactionsUnavailable: the process exits) only while Kafka answers: when it refuses new
+    connections (a rotated password, a quota) it is BrokerUnreachable, and the partition waits,
+    unready, like every other Kafka failure.
+    """
+    if transactional_id is None:
+        producer = outbox_mod.new_producer(kafka)
+        try:
+            await connection.start(kafka, producer)
+        except BaseException:
+            await producer.stop()
+            raise
+        return producer
+    try:
+        return await outbox_mod.start_transactional(kafka, transactional_id)
+    except outbox_mod.TransactionsUnavailable:
+        await connection.reach(kafka, timeout_s=UNREACHABLE_CHECK_S)  # BrokerUnreachable: waited for
+        raise
 
 
 def guarded(
