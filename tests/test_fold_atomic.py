@@ -240,11 +240,12 @@ def _containers_string_log() -> tuple[list[dict[str, Any]], int]:
 
 
 def test_replay_skips_the_event_the_worker_dead_letters() -> None:
-    """Issue 12: a Pod whose spec.containers is a string crashed replay with AttributeError."""
+    """Issue 12: a Pod whose spec.containers is a string crashed replay with AttributeError;
+    it is now refused where it is parsed, with its reason (InvalidObject)."""
     log, at = _containers_string_log()
     result = fold.fold(log, Config())
     assert [n for n, _ in result.bad] == [at]
-    assert "AttributeError" in result.bad[0][1]
+    assert "InvalidObject" in result.bad[0][1] and "containers must be a list" in result.bad[0][1]
     assert result.decisions == fold.fold(log[:at] + log[at + 1 :], Config()).decisions
     assert len(result.decisions) == 8
 
