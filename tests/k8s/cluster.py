@@ -373,7 +373,9 @@ def install_chart(running: TestCluster, chart: Path) -> None:
     running.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     rendered = subprocess.run(
         # The actuator acts here (its explicit choice, the chart's required actuator.mode).
-        [helm, "template", RELEASE, str(chart), "--namespace", NAMESPACE, "--set", "actuator.mode=act"],
+        # The Leases keep the names the tests' electors use (the chart's default is RELEASE-<component>).
+        [helm, "template", RELEASE, str(chart), "--namespace", NAMESPACE, "--set", "actuator.mode=act",
+         "--set", "actuator.leaseName=preemptctl-actuator", "--set", "source.leaseName=preemptctl-source"],
         check=True,
         capture_output=True,
     ).stdout

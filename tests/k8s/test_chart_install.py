@@ -7,14 +7,25 @@
 - `helm upgrade` with engine config changes the file the worker reads as --config, and the
   worker's pod template (so the StatefulSet rolls onto it); the worker's own config loading
   reads the new file as the new config.
+- two releases in one namespace: each component of each release, with its own ServiceAccount's
+  token and the Lease its Deployment names, leads (the project's LeaseElector), and none may touch
+  the other release's Lease;
+- two aliases of the chart in one umbrella release: what each alias's Deployments, StatefulSets,
+  Services, NetworkPolicies and PodDisruptionBudgets select, asked of the API server, is its own
+  pods only, and a drain's eviction of every pod goes through (one budget per pod);
+- a PKCS12 keystore on the read-only root filesystem of the stored pod templates (tests/k8s/
+  test_chart_many_installs.py builds the filesystem from the mounts).
 
 No kubelet or controller-manager runs: the objects are what the API server stored.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import subprocess
+import urllib.error
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,10 +33,21 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from streams.common import options
+from streams.kube import api as kube
+from streams.kube import lease
 from tests.k8s import cluster
 from tests.k8s.conftest import CHART
+from tests.k8s.test_chart_many_installs import (
+    ALIAS_VALUES,
+    SELECTING,
+    keystore,
+    selector_of,
+    start_with_keystore,
+    umbrella,
+)
 from tests.k8s.test_deploy import HELM_TIMEOUT_S, cli
 
 
@@ -203,3 +225,181 @@ def test_helm_upgrade_with_engine_config_changes_the_workers_config(helm: Helm, 
     )
     assert refused.returncode != 0 and "victimSelection" in refused.stderr
     assert worker_config()[0] == after_checksum
+
+
+# ---- many installs in one namespace -----------------------------------------------------------
+
+
+def service_account_kubeconfig(helm: Helm, account: str, path: Path) -> Path:
+    """A kubeconfig authenticating as `account` of the test namespace: a token from the API
+    server's TokenRequest, as the kubelet mounts one into a pod (no controller-manager needed)."""
+    token = helm.cluster.request(
+        "POST",
+        f"/api/v1/namespaces/{helm.namespace}/serviceaccounts/{account}/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )["status"]["token"]
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "test",
+                        "cluster": {
+                            "server": helm.cluster.url,
+                            "certificate-authority": str(helm.cluster.ca_file),
+                        },
+                    }
+                ],
+                "users": [{"name": account, "user": {"token": token}}],
+                "contexts": [{"name": "test", "context": {"cluster": "test", "user": account}}],
+                "current-context": "test",
+            }
+        )
+    )
+    return path
+
+
+def deployment_args(helm: Helm, name: str) -> tuple[str, Any]:
+    """(the pod template's ServiceAccount, its parsed args) of a stored Deployment."""
+    pod = helm.get(f"/apis/apps/v1/namespaces/{{ns}}/deployments/{name}")["spec"]["template"]["spec"]
+    return pod["serviceAccountName"], cli().parse_args(pod["containers"][0]["args"])
+
+
+async def test_two_releases_in_one_namespace_both_lead(helm: Helm, tmp_path: Path) -> None:
+    for release in ("pc-a", "pc-b"):
+        helm.install(release, CHART, "--set", "actuator.mode=dry-run")
+    electors: dict[str, lease.LeaseElector] = {}
+    apis = []
+    try:
+        for release in ("pc-a", "pc-b"):
+            for component in ("source", "actuator"):
+                account, args = deployment_args(helm, f"{release}-{component}")
+                assert args.lease_namespace == helm.namespace
+                config = service_account_kubeconfig(helm, account, tmp_path / f"{release}-{component}")
+                api = await kube.connect(str(config))
+                apis.append(api)
+                electors[f"{release}-{component}"] = lease.LeaseElector(
+                    api,
+                    name=args.lease_name,
+                    namespace=args.lease_namespace,
+                    identity=f"{release}-{component}-0",
+                    component=component,
+                    lease_duration_s=args.lease_duration,
+                    renew_deadline_s=args.renew_deadline,
+                    retry_period_s=args.retry_period,
+                )
+        # Every one leads at once: four Leases, one holder each.
+        for name, elector in electors.items():
+            assert await elector.try_acquire_or_renew(), name
+        assert all(e.is_leader() for e in electors.values())
+        held = {
+            item["metadata"]["name"]: item["spec"]["holderIdentity"]
+            for item in helm.get("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases")["items"]
+        }
+        assert held == {f"{n}": f"{n}-0" for n in electors}
+        # And neither release's identity may take the other's Lease (its Role names its own only).
+        intruder = lease.LeaseElector(
+            apis[0], name=electors["pc-b-source"].name, namespace=helm.namespace, identity="intruder"
+        )
+        with pytest.raises(ApiException) as refused:
+            await intruder.try_acquire_or_renew()
+        assert refused.value.status == 403
+    finally:
+        for elector in electors.values():
+            await elector.release()
+        await asyncio.gather(*(api.close() for api in apis))
+
+
+def _selected(helm: Helm, selector: dict[str, str]) -> set[str]:
+    query = urllib.parse.quote(",".join(f"{k}={v}" for k, v in sorted(selector.items())))
+    found = helm.get(f"/api/v1/namespaces/{{ns}}/pods?labelSelector={query}")["items"]
+    return {p["metadata"]["name"] for p in found}
+
+
+def test_two_aliases_in_one_umbrella_keep_their_selectors_apart(helm: Helm, tmp_path: Path) -> None:
+    chart = umbrella(
+        tmp_path / "platform",
+        {"sched-a": {**ALIAS_VALUES, "cluster": "a"}, "sched-b": {**ALIAS_VALUES, "cluster": "b"}},
+    )
+    helm.install("platform", chart)
+    workloads = {
+        **{d["metadata"]["name"]: d for d in helm.get("/apis/apps/v1/namespaces/{ns}/deployments")["items"]},
+        **{d["metadata"]["name"]: d for d in helm.get("/apis/apps/v1/namespaces/{ns}/statefulsets")["items"]},
+    }
+    assert len(workloads) == 6
+    # One running pod per workload, labelled by its template (no controller-manager or kubelet here).
+    for name, workload in workloads.items():
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        helm.cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"{name}-0", "namespace": helm.namespace, "labels": labels},
+                "spec": {"nodeName": "node-1", "containers": [{"name": "main", "image": "preemptctl"}]},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+            }
+        )
+    collections = {
+        "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+        "StatefulSet": "/apis/apps/v1/namespaces/{ns}/statefulsets",
+        "Service": "/api/v1/namespaces/{ns}/services",
+        "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+        "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+    }
+    assert set(collections) == set(SELECTING)
+    seen = 0
+    for kind, collection in collections.items():
+        for obj in helm.get(collection)["items"]:
+            obj["kind"] = kind
+            component = obj["metadata"]["labels"]["app.kubernetes.io/component"]
+            own = obj["metadata"]["name"].rsplit("-", 1)[0] + f"-{component}-0"
+            assert _selected(helm, selector_of(obj)) == {own}, (kind, obj["metadata"]["name"])
+            seen += 1
+    assert seen == 6 + 6 + 6 + 6  # workloads, Services, NetworkPolicies, budgets
+    # A drain: the disruption controller's status on each budget, then every pod evicted.
+    for budget in helm.get(collections["PodDisruptionBudget"])["items"]:
+        name = budget["metadata"]["name"]
+        helm.cluster.request(
+            "PATCH",
+            f"/apis/policy/v1/namespaces/{helm.namespace}/poddisruptionbudgets/{name}/status",
+            {"status": {"observedGeneration": budget["metadata"]["generation"], "disruptionsAllowed": 1,
+                        "currentHealthy": 1, "desiredHealthy": 0, "expectedPods": 1}},
+        )  # fmt: skip
+    for name in workloads:
+        pod = f"{name}-0"
+        try:
+            helm.cluster.request(
+                "POST",
+                f"/api/v1/namespaces/{helm.namespace}/pods/{pod}/eviction",
+                {"apiVersion": "policy/v1", "kind": "Eviction",
+                 "metadata": {"name": pod, "namespace": helm.namespace}},
+            )  # fmt: skip
+        except urllib.error.HTTPError as exc:
+            pytest.fail(f"evicting {pod}: {exc.code} {exc.read().decode()}")
+    assert helm.get("/api/v1/namespaces/{ns}/pods")["items"] == [] or all(
+        p["metadata"].get("deletionTimestamp") for p in helm.get("/api/v1/namespaces/{ns}/pods")["items"]
+    )
+
+
+def test_a_pkcs12_source_starts_on_its_read_only_root(
+    helm: Helm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stored pod templates (what the API server admitted, defaults filled in) give every
+    component a writable /tmp, where the Kafka client writes a PKCS12 keystore's chain."""
+    helm.install("pc", CHART, "--set", "actuator.mode=dry-run")
+    store = keystore(tmp_path)
+    for kind, name in (
+        ("deployments", "pc-source"),
+        ("deployments", "pc-actuator"),
+        ("statefulsets", "pc-worker"),
+    ):
+        workload = helm.get(f"/apis/apps/v1/namespaces/{{ns}}/{kind}/{name}")
+        scratch = tmp_path / name
+        scratch.mkdir()
+        assert start_with_keystore(workload, store, scratch, monkeypatch).ssl_context is not None, name

@@ -153,7 +153,12 @@ def test_chart_metadata_and_values_schema() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     jsonschema.Draft7Validator.check_schema(schema)
     validator = jsonschema.Draft7Validator(schema)  # the draft Helm validates values with
-    for good in (DEFAULTS, EVERYTHING, values(**{"global": {"imageRegistry": "x"}})):
+    for good in (
+        DEFAULTS,
+        EVERYTHING,
+        values(**{"global": {"imageRegistry": "x"}}),
+        values(enabled=False),  # an umbrella's `condition: preemptctl.enabled`
+    ):
         validator.validate(good)
     for bad in (
         values(kafka__bootstrapServers="kafka://localhost:9092"),
@@ -363,7 +368,8 @@ def test_rbac_is_least_privilege_and_matches_the_code() -> None:
         role = roles[f"pc-{component}-lease"]
         assert permissions(role["rules"]) == declared(required)
         named = [r for r in role["rules"] if r.get("resourceNames")]
-        assert named and all(r["resourceNames"] == [f"preemptctl-{component}"] for r in named)
+        # The release's own Lease (FULLNAME-<component>): two releases never share one.
+        assert named and all(r["resourceNames"] == [f"pc-{component}"] for r in named)
         assert {v for r in named for v in r["verbs"]} == {"get", "update"}
     # Bindings: each component's role to its own ServiceAccount, and none for the worker.
     bindings = list(by_kind(docs, "ClusterRoleBinding").values()) + list(
@@ -437,12 +443,13 @@ def test_deployments_run_the_right_component_with_probes(chart_values: dict[str,
         [scope] if scope else []
     )
     assert (act.lease_name, act.lease_namespace, act.identity) == (
-        "preemptctl-actuator",
+        f"{prefix}-actuator",
         "preemption",
         "$(POD_NAME)",
     )
     assert act.dry_run is (chart_values["actuator"]["mode"] == "dry-run")
     timings = chart_values["lease"]
+    assert src.lease_name == f"{prefix}-source"
     for parsed in (src, act):
         assert (parsed.lease_duration, parsed.renew_deadline, parsed.retry_period) == (
             timings["durationSeconds"],

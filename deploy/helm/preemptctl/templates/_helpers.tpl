@@ -7,17 +7,69 @@ orphan its volume claims on upgrade). Cluster-scoped objects (ClusterRole, Clust
 also carry the release namespace, so one release name in two namespaces does not collide.
 */}}
 {{- define "preemptctl.fullname" -}}
-{{- default .Release.Name .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- $name := include "preemptctl.name" . -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if or (eq $name "preemptctl") (contains $name .Release.Name) -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The chart's name: nameOverride, else the chart's name, which is the alias when an umbrella chart
+names this one as a dependency under an alias. It is app.kubernetes.io/name, so two aliases of the
+chart in one umbrella release select disjoint pods; a name other than "preemptctl" (an alias, or
+nameOverride) also makes the fullname RELEASE-NAME, so their objects do not collide either.
+*/}}
+{{- define "preemptctl.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+A component's Lease (list . "component"): <component>.leaseName, else FULLNAME-<component>, so two
+releases (or two aliases) in one namespace never contend for one Lease.
+*/}}
+{{- define "preemptctl.leaseName" -}}
+{{- $ctx := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- (index $ctx.Values $component).leaseName | default (printf "%s-%s" (include "preemptctl.fullname" $ctx) $component) -}}
+{{- end -}}
+
+{{/*
+A component's ServiceAccount (list . "component"): <component>.serviceAccount.name, else
+FULLNAME-<component> (the chart's own when serviceAccount.create, else one you made).
+*/}}
+{{- define "preemptctl.serviceAccountName" -}}
+{{- $ctx := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- $own := (index $ctx.Values $component).serviceAccount | default dict -}}
+{{- $own.name | default (printf "%s-%s" (include "preemptctl.fullname" $ctx) $component) -}}
+{{- end -}}
+
+{{/*
+The Lease timing rule the processes check at start (retryPeriod < renewDeadline < duration), checked
+at render time too, so a GitOps sync fails instead of the pods crash-looping. The schema checks
+each bound (renewDeadline above the 5 s write timeout; whole seconds of duration).
+*/}}
+{{- define "preemptctl.checkLease" -}}
+{{- $l := .Values.lease -}}
+{{- if not (and (lt (float64 $l.retryPeriodSeconds) (float64 $l.renewDeadlineSeconds)) (lt (float64 $l.renewDeadlineSeconds) (float64 $l.durationSeconds))) -}}
+{{- fail (printf "lease: retryPeriodSeconds (%v) < renewDeadlineSeconds (%v) < durationSeconds (%v) must hold (docs/deploy.md, \"Leases and fencing\")" $l.retryPeriodSeconds $l.renewDeadlineSeconds $l.durationSeconds) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "preemptctl.clusterName" -}}
 {{- printf "%s-%s" .Release.Namespace (include "preemptctl.fullname" .) | trunc 253 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* Selector labels: never change (a Deployment's selector is immutable). (list . "component") */}}
+{{/* Selector labels: never change (a Deployment's selector is immutable). The name is
+"preemptctl" unless nameOverride or an alias says otherwise, so a release's selectors stay what
+they were. (list . "component") */}}
 {{- define "preemptctl.selectorLabels" -}}
 {{- $ctx := index . 0 -}}
-app.kubernetes.io/name: preemptctl
+app.kubernetes.io/name: {{ include "preemptctl.name" $ctx | quote }}
 app.kubernetes.io/instance: {{ $ctx.Release.Name | quote }}
 app.kubernetes.io/component: {{ index . 1 | quote }}
 {{- end -}}
@@ -79,6 +131,56 @@ tolerations:
 {{- with .Values.topologySpreadConstraints }}
 topologySpreadConstraints:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A pod template's labels: the component's labels, then podLabels (never over those). (list . "component") */}}
+{{- define "preemptctl.podLabels" -}}
+{{- $ctx := index . 0 -}}
+{{- $labels := include "preemptctl.labels" . -}}
+{{- $own := fromYaml $labels -}}
+{{ $labels }}
+{{- range $key, $value := $ctx.Values.podLabels }}
+{{- if not (hasKey $own $key) }}
+{{ $key | quote }}: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The container's probes on the metrics port, with probes.liveness and probes.readiness timings. */}}
+{{- define "preemptctl.probes" -}}
+livenessProbe:
+  httpGet:
+    path: /livez
+    port: metrics
+  {{- with .Values.probes.liveness }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: metrics
+  {{- with .Values.probes.readiness }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end -}}
+
+{{/* Volumes every component has: a writable /tmp (the root filesystem is read-only; the Kafka
+client writes a PKCS12 keystore's chain there for an instant), then extraVolumes. */}}
+{{- define "preemptctl.commonVolumes" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .Values.tmp.sizeLimit | quote }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "preemptctl.commonVolumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
 {{- end }}
 {{- end -}}
 

@@ -1,0 +1,510 @@
+"""Many installs of the chart on one cluster, and the chart's escape hatches, by the real `helm template`.
+
+- two releases in one namespace: each component's Lease (--lease-name, and the Role that names
+  it) is the release's own;
+- two aliases of the chart in one umbrella release: nothing of one selects the other's pods
+  (Deployments, StatefulSets, Services, NetworkPolicies, PodDisruptionBudgets), and no two objects
+  share a name; `condition: preemptctl.enabled` switches one off;
+- a PKCS12 keystore on the read-only root filesystem: the Kafka client's temporary file lands in
+  the pod's writable /tmp (a filesystem standing in for the pod's, built from its mounts);
+- extraEnv, extraVolumes/extraVolumeMounts, podLabels, the security contexts, probe timings,
+  rbac.create, serviceAccount.create/name: each reaches every component, and the schema takes it;
+- what would crash-loop or open everything refuses to render: Lease timings out of order, an
+  egress policy without peers.
+
+The server-side half (both releases' components lead, the aliases' drain is not blocked) is in
+tests/k8s/test_chart_install.py.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from streams.common.errors import UsageError
+from streams.kafka import connection
+from tests.k8s.test_deploy import (
+    CHART,
+    HELM_TIMEOUT_S,
+    ROOT,
+    by_kind,
+    cli,
+    container,
+    helm,
+    helm_template,
+    manifests,
+    values,
+)
+
+COMPONENTS = ("source", "worker", "actuator")
+SELECTING = ("Deployment", "StatefulSet", "Service", "NetworkPolicy", "PodDisruptionBudget")
+
+
+def render(
+    release: str, chart_values: dict[str, Any], *args: str, chart: Path = CHART
+) -> list[dict[str, Any]]:
+    """`helm template RELEASE` in namespace "shared" (test_deploy's helpers fix the release to "pc")."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
+        file.write(yaml.safe_dump(chart_values))
+        file.flush()
+        done = subprocess.run(
+            [helm(), "template", release, str(chart), "--namespace", "shared", "-f", file.name, *args],
+            capture_output=True, text=True, timeout=HELM_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d is not None]
+
+
+def workloads(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {**by_kind(docs, "Deployment"), **by_kind(docs, "StatefulSet")}
+
+
+def lease_of(docs: list[dict[str, Any]], component: str) -> tuple[str, list[str]]:
+    """(the --lease-name a component runs with, the Lease names its Role may get and update)."""
+    (deployment,) = [d for n, d in by_kind(docs, "Deployment").items() if n.endswith(f"-{component}")]
+    args = cli().parse_args(container(deployment)["args"])
+    (role,) = [r for n, r in by_kind(docs, "Role").items() if n.endswith(f"-{component}-lease")]
+    named = [name for rule in role["rules"] for name in rule.get("resourceNames", ())]
+    return args.lease_name, named
+
+
+# ---- 1. per-release Leases --------------------------------------------------------------------
+
+
+def test_two_releases_in_one_namespace_hold_two_leases_each() -> None:
+    a, b = render("pc-a", values()), render("pc-b", values())
+    for component in ("source", "actuator"):
+        (lease_a, role_a), (lease_b, role_b) = lease_of(a, component), lease_of(b, component)
+        assert lease_a == f"pc-a-{component}" and lease_b == f"pc-b-{component}"
+        assert role_a == [lease_a] and role_b == [lease_b]  # each may touch its own Lease only
+    # Disjoint objects too: no name in the namespace is rendered by both.
+    assert not {(d["kind"], d["metadata"]["name"]) for d in a} & {(d["kind"], d["metadata"]["name"]) for d in b}
+    # fullnameOverride names the Leases too; leaseName still overrides (an upgrade keeping the
+    # chart 0.3.0 names, docs/deploy.md "Upgrading").
+    assert lease_of(render("x", values(fullnameOverride="sched")), "source")[0] == "sched-source"
+    kept = render(
+        "x", values(source__leaseName="preemptctl-source", actuator__leaseName="preemptctl-actuator")
+    )
+    assert lease_of(kept, "source") == ("preemptctl-source", ["preemptctl-source"])
+    assert lease_of(kept, "actuator") == ("preemptctl-actuator", ["preemptctl-actuator"])
+
+
+# ---- 2. aliases in one umbrella ---------------------------------------------------------------
+
+
+def umbrella(root: Path, aliases: Mapping[str, Mapping[str, Any]]) -> Path:
+    """An umbrella chart with this chart as a dependency once per alias (each under
+    `condition: <alias>.enabled`), the aliases' values as given; `helm dependency build` done."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    (root / "templates").mkdir(parents=True)
+    (root / "Chart.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v2",
+                "name": "platform",
+                "version": "1.0.0",
+                "dependencies": [
+                    {
+                        "name": "preemptctl",
+                        "alias": alias,
+                        "version": chart["version"],
+                        "repository": f"file://{CHART}",
+                        "condition": f"{alias}.enabled",
+                    }
+                    for alias in aliases
+                ],
+            }
+        )
+    )
+    (root / "values.yaml").write_text(yaml.safe_dump({k: dict(v) for k, v in aliases.items()}))
+    built = subprocess.run(
+        [helm(), "dependency", "build", str(root)], capture_output=True, text=True, timeout=HELM_TIMEOUT_S
+    )
+    assert built.returncode == 0, built.stderr
+    return root
+
+
+ALIAS_VALUES = {"actuator": {"mode": "dry-run"}, "kafka": {"bootstrapServers": "kafka.platform:9092"}}
+
+
+def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return bool(selector) and selector.items() <= labels.items()
+
+
+def selector_of(doc: dict[str, Any]) -> dict[str, str]:
+    spec = doc["spec"]
+    if doc["kind"] == "Service":
+        return dict(spec["selector"])
+    if doc["kind"] == "NetworkPolicy":
+        return dict(spec["podSelector"]["matchLabels"])
+    return dict(spec["selector"]["matchLabels"])
+
+
+def assert_apart(docs: list[dict[str, Any]]) -> None:
+    """Every selecting object selects the pods of its own alias only, each pod is in one
+    PodDisruptionBudget (the eviction subresource refuses a pod in two), no name is rendered twice."""
+    pods = {name: w["spec"]["template"]["metadata"]["labels"] for name, w in workloads(docs).items()}
+    for doc in docs:
+        if doc["kind"] not in SELECTING:
+            continue
+        selected = {name for name, labels in pods.items() if selects(selector_of(doc), labels)}
+        component = doc["metadata"]["labels"]["app.kubernetes.io/component"]
+        assert selected == {doc["metadata"]["name"].rsplit("-", 1)[0] + f"-{component}"}, (
+            doc["kind"], doc["metadata"]["name"], selected,
+        )  # fmt: skip
+    budgets = by_kind(docs, "PodDisruptionBudget")
+    for name, labels in pods.items():
+        assert len([b for b in budgets.values() if selects(selector_of(b), labels)]) == 1, name
+    keys = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs]
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+
+
+@pytest.fixture(scope="module")
+def two_aliases(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return umbrella(
+        tmp_path_factory.mktemp("umbrella") / "platform",
+        {"sched-a": {**ALIAS_VALUES, "cluster": "a"}, "sched-b": {**ALIAS_VALUES, "cluster": "b"}},
+    )
+
+
+def test_two_aliases_in_one_umbrella_select_their_own_pods_only(two_aliases: Path) -> None:
+    docs = render("platform", {}, chart=two_aliases)
+    assert sorted(workloads(docs)) == sorted(
+        f"platform-sched-{x}-{c}" for x in "ab" for c in COMPONENTS
+    )  # an alias names its objects RELEASE-ALIAS-<component>
+    assert {d["metadata"]["labels"]["app.kubernetes.io/name"] for d in docs} == {"sched-a", "sched-b"}
+    assert {d["metadata"]["labels"]["app.kubernetes.io/instance"] for d in docs} == {"platform"}
+    assert_apart(docs)
+    # ClusterRoles and Leases apart too.
+    assert sorted(by_kind(docs, "ClusterRole")) == sorted(
+        f"shared-platform-sched-{x}-{c}" for x in "ab" for c in ("source", "actuator")
+    )
+    leases = {lease_of([d for d in docs if d["metadata"]["name"].startswith(f"platform-sched-{x}-")], c)[0]
+              for x in "ab" for c in ("source", "actuator")}  # fmt: skip
+    assert len(leases) == 4
+
+
+def test_name_override_without_an_alias_keeps_selectors_apart() -> None:
+    """fullnameOverride alone renamed the objects but left the selectors equal; nameOverride
+    is what app.kubernetes.io/name says."""
+    one = render("platform", values(fullnameOverride="one", nameOverride="one"))
+    two = render("platform", values(fullnameOverride="two", nameOverride="two"))
+    assert_apart(one + two)
+    # Without nameOverride, the default release's selectors are what they always were.
+    (source,) = [
+        d for d in render("pc", values()) if d["kind"] == "Deployment" and "source" in d["metadata"]["name"]
+    ]
+    assert source["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "preemptctl",
+        "app.kubernetes.io/instance": "pc",
+        "app.kubernetes.io/component": "source",
+    }
+
+
+# ---- 3. the umbrella switch ---------------------------------------------------------------------
+
+
+def test_the_schema_accepts_the_umbrella_switch(two_aliases: Path) -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    jsonschema.Draft7Validator(schema).validate(values(enabled=False))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(schema).validate(values(enabled="no"))
+    # helm validates the subchart's values with enabled set, and the condition switches it off.
+    docs = render(
+        "platform", {"sched-a": {"enabled": True}, "sched-b": {"enabled": False}}, chart=two_aliases
+    )
+    assert sorted(workloads(docs)) == sorted(f"platform-sched-a-{c}" for c in COMPONENTS)
+    lint = subprocess.run(
+        [helm(), "lint", "--strict", str(two_aliases)], capture_output=True, text=True, timeout=HELM_TIMEOUT_S
+    )
+    assert lint.returncode == 0 and "0 chart(s) failed" in lint.stdout, lint.stdout + lint.stderr
+
+
+# ---- 4. a PKCS12 keystore on a read-only root filesystem --------------------------------------
+
+
+def image_workdir() -> str:
+    (workdir,) = [
+        line.split()[1]
+        for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines()
+        if line.startswith("WORKDIR ") and not line.startswith("WORKDIR /src")
+    ]
+    return workdir
+
+
+def writable_paths(pod: dict[str, Any], main: dict[str, Any], claims: list[dict[str, Any]]) -> list[str]:
+    """Where the container can write: its mounts of emptyDirs and claims not mounted readOnly (the
+    root filesystem is read-only, which the test asserts)."""
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or ()}
+    claimed = {c["metadata"]["name"] for c in claims}
+    return [
+        m["mountPath"]
+        for m in main.get("volumeMounts") or ()
+        if not m.get("readOnly") and ("emptyDir" in volumes.get(m["name"], {}) or m["name"] in claimed)
+    ]
+
+
+def keystore(directory: Path) -> Path:
+    """A PKCS12 keystore with a client key and its self-signed certificate, password "changeit"."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "preemptctl-source")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256())
+    )  # fmt: skip
+    path = directory / "keystore.p12"
+    path.write_bytes(
+        pkcs12.serialize_key_and_certificates(
+            b"client", key, cert, None, serialization.BestAvailableEncryption(b"changeit")
+        )
+    )
+    return path
+
+
+def start_with_keystore(
+    workload: dict[str, Any], store: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> connection.KafkaConfig:
+    """What the component does at start with a PKCS12 keystore in its client properties, on the
+    filesystem its pod spec gives it: the root read-only, writable only where an emptyDir or a
+    volume claim is mounted. tempfile looks where Python looks ($TMPDIR, $TEMP, $TMP from the
+    container's env, /tmp, /var/tmp, /usr/tmp, the working directory), each mapped into `scratch`:
+    a writable mount to a directory, anything else under a regular file, where nothing can be
+    created (by any user, root too)."""
+    main = container(workload)
+    assert main["securityContext"]["readOnlyRootFilesystem"] is True
+    writable = writable_paths(
+        workload["spec"]["template"], main, workload["spec"].get("volumeClaimTemplates") or []
+    )
+    readonly = scratch / "read-only-root"
+    readonly.write_text("")
+
+    def on_pod(path: str) -> str:
+        if any(path == w or path.startswith(w.rstrip("/") + "/") for w in writable):
+            mapped = scratch / "mounts" / path.lstrip("/")
+            mapped.mkdir(parents=True, exist_ok=True)
+            return str(mapped)
+        return str(readonly / path.lstrip("/"))
+
+    env = {e["name"]: e.get("value") for e in main.get("env") or ()}
+    candidates = [v for k in ("TMPDIR", "TEMP", "TMP") if (v := env.get(k))]
+    candidates += ["/tmp", "/var/tmp", "/usr/tmp", main.get("workingDir") or image_workdir()]
+    monkeypatch.setattr(tempfile, "_candidate_tempdir_list", lambda: [on_pod(c) for c in candidates])
+    monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile caches the directory it found
+    try:
+        props = {
+            "security.protocol": "SSL",
+            "ssl.keystore.location": str(store),
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.password": "changeit",
+        }
+        return connection.parse(props, bootstrap="kafka.kafka.svc:9093")
+    finally:
+        monkeypatch.setattr(tempfile, "tempdir", None)
+
+
+def without_tmp(workload: dict[str, Any]) -> dict[str, Any]:
+    """The workload as the chart rendered it before /tmp: no tmp volume, no mount."""
+    copy: dict[str, Any] = json.loads(json.dumps(workload))
+    pod = copy["spec"]["template"]["spec"]
+    pod["volumes"] = [v for v in pod["volumes"] if v["name"] != "tmp"]
+    main = pod["containers"][0]
+    main["volumeMounts"] = [m for m in main["volumeMounts"] if m["name"] != "tmp"]
+    return copy
+
+
+def test_a_pkcs12_keystore_loads_on_the_read_only_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = keystore(tmp_path)
+    docs = manifests(values())
+    for name, workload in workloads(docs).items():
+        scratch = tmp_path / name
+        scratch.mkdir()
+        pod = workload["spec"]["template"]["spec"]
+        assert {"name": "tmp", "mountPath": "/tmp"} in container(workload)["volumeMounts"], name
+        (tmp,) = [v for v in pod["volumes"] if v["name"] == "tmp"]
+        assert tmp == {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}
+        config = start_with_keystore(workload, store, scratch, monkeypatch)
+        assert config.ssl_context is not None, name
+        assert not list((scratch / "mounts" / "tmp").iterdir())  # the key was written and removed
+    # The control: the source as it was (no writable /tmp, no writable working directory) cannot.
+    source = by_kind(docs, "Deployment")["pc-source"]
+    (tmp_path / "before").mkdir()
+    with pytest.raises(UsageError, match="No usable temporary directory"):
+        start_with_keystore(without_tmp(source), store, tmp_path / "before", monkeypatch)
+
+
+# ---- 5. escape hatches ----------------------------------------------------------------------------
+
+HATCHES = values(
+    extraEnv=[{"name": "HTTPS_PROXY", "value": "http://proxy.corp:3128"},
+              {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+    extraVolumes=[{"name": "corp-ca", "configMap": {"name": "corp-ca"}}],
+    extraVolumeMounts=[{"name": "corp-ca", "mountPath": "/etc/corp-ca", "readOnly": True}],
+    podLabels={"team": "sched", "app.kubernetes.io/name": "not-this"},
+    podAnnotations={"sidecar.istio.io/inject": "false"},
+    podSecurityContext={"runAsUser": None, "fsGroup": None, "runAsGroup": 20001},
+    containerSecurityContext={"seLinuxOptions": {"type": "spc_t"}},
+    probes={"liveness": {"timeoutSeconds": 5, "failureThreshold": 6, "initialDelaySeconds": 10},
+            "readiness": {"periodSeconds": 2, "timeoutSeconds": 3}},
+    rbac={"create": False},
+    serviceAccount={"create": False, "annotations": {}},
+    source__serviceAccount={"name": "platform-source", "annotations": {}},
+)  # fmt: skip
+
+
+def test_the_escape_hatches_are_in_the_schema() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    validator.validate(HATCHES)
+    for bad in (
+        values(extraEnv=[{"value": "no name"}]),
+        values(extraVolumeMounts=[{"name": "x", "mountPath": "relative"}]),
+        values(podLabels={"team": "a b"}),
+        values(probes={"liveness": {"periodSeconds": 0}}),
+        values(probes={"liveness": {"successThreshold": 2}}),  # must be 1 for liveness: not offered
+        values(probes={"liveness": {"httpGet": {"path": "/"}}}),  # the probe itself is the chart's
+        values(rbac={"create": "yes"}),
+        values(
+            serviceAccount={"create": True, "name": "one-for-all"}
+        ),  # per component: <c>.serviceAccount.name
+        values(source__serviceAccount={"name": "Not_A_Name"}),
+        values(nameOverride="Not_A_Name"),
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate(bad)
+
+
+def test_each_escape_hatch_reaches_every_component() -> None:
+    docs = manifests(HATCHES)
+    assert not [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                                                   "Role", "RoleBinding")]  # fmt: skip
+    for name, workload in workloads(docs).items():
+        pod = workload["spec"]["template"]
+        main = container(workload)
+        env = main["env"]
+        assert env[-2:] == HATCHES["extraEnv"], name
+        assert {"name": "corp-ca", "configMap": {"name": "corp-ca"}} in pod["spec"]["volumes"], name
+        assert {"name": "corp-ca", "mountPath": "/etc/corp-ca", "readOnly": True} in main["volumeMounts"]
+        labels = pod["metadata"]["labels"]
+        assert labels["team"] == "sched" and labels["app.kubernetes.io/name"] == "preemptctl", name
+        assert pod["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+        # Keys replaced one by one; null removes one; the rest of the secure defaults stay.
+        assert pod["spec"]["securityContext"] == {
+            "runAsNonRoot": True, "runAsGroup": 20001, "seccompProfile": {"type": "RuntimeDefault"},
+        }, name  # fmt: skip
+        assert main["securityContext"] == {
+            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]}, "seLinuxOptions": {"type": "spc_t"},
+        }, name  # fmt: skip
+        assert main["livenessProbe"] == {
+            "httpGet": {"path": "/livez", "port": "metrics"},
+            "periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 5, "initialDelaySeconds": 10,
+        }, name  # fmt: skip
+        assert main["readinessProbe"] == {
+            "httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 2, "timeoutSeconds": 3,
+        }, name  # fmt: skip
+        component = name.removeprefix("pc-")
+        expected_account = "platform-source" if component == "source" else name
+        assert pod["spec"]["serviceAccountName"] == expected_account, name
+        cli().parse_args(main["args"])
+    # The helm test pod runs with the same security contexts.
+    test_pod = by_kind(docs, "Pod")["pc-test"]
+    assert test_pod["spec"]["securityContext"]["runAsGroup"] == 20001
+    assert "runAsUser" not in test_pod["spec"]["securityContext"]
+
+
+def test_the_defaults_keep_the_secure_contexts_and_probe_timings() -> None:
+    for name, workload in workloads(manifests(values())).items():
+        pod, main = workload["spec"]["template"]["spec"], container(workload)
+        assert pod["securityContext"] == {
+            "runAsNonRoot": True, "runAsUser": 10001, "fsGroup": 10001,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }, name  # fmt: skip
+        assert main["securityContext"] == {
+            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        }, name  # fmt: skip
+        assert (main["livenessProbe"]["periodSeconds"], main["livenessProbe"]["failureThreshold"]) == (10, 3)
+        assert main["readinessProbe"]["periodSeconds"] == 5
+        assert "env" not in main or all(e["name"] == "POD_NAME" for e in main["env"])
+
+
+def test_service_accounts_named_by_the_user_are_bound_by_the_charts_rbac() -> None:
+    docs = manifests(values(actuator__serviceAccount={"name": "act", "annotations": {}}))
+    bound = {(b["roleRef"]["name"], s["name"]) for kind in ("ClusterRoleBinding", "RoleBinding")
+             for b in by_kind(docs, kind).values() for s in b["subjects"]}  # fmt: skip
+    assert ("preemption-pc-actuator", "act") in bound and ("pc-actuator-lease", "act") in bound
+    assert "act" in by_kind(docs, "ServiceAccount")
+    assert (
+        by_kind(docs, "Deployment")["pc-actuator"]["spec"]["template"]["spec"]["serviceAccountName"] == "act"
+    )
+
+
+# ---- 7. what refuses to render ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "lease",
+    [
+        {"durationSeconds": 15, "renewDeadlineSeconds": 15, "retryPeriodSeconds": 2},
+        {"durationSeconds": 15, "renewDeadlineSeconds": 10, "retryPeriodSeconds": 10},
+        {"durationSeconds": 8, "renewDeadlineSeconds": 9.5, "retryPeriodSeconds": 2},
+    ],
+)
+def test_lease_timings_out_of_order_refuse_to_render(lease: dict[str, float]) -> None:
+    """The schema checks each bound; the order is checked at render time, so a GitOps sync
+    fails instead of the pods crash-looping (the processes refuse it at start, exit 2)."""
+    from streams.kube import lease as lease_mod
+
+    with pytest.raises(Exception):  # noqa: B017 - whatever the processes raise, they refuse it
+        lease_mod.check_timings(
+            lease_duration_s=lease["durationSeconds"],
+            renew_deadline_s=lease["renewDeadlineSeconds"],
+            retry_period_s=lease["retryPeriodSeconds"],
+        )
+    refused = helm_template(values(lease=lease))
+    assert refused.returncode != 0 and "retryPeriodSeconds" in refused.stderr and refused.stdout == ""
+
+
+def test_an_egress_policy_without_peers_refuses_to_render() -> None:
+    api_server = [{"ipBlock": {"cidr": "10.0.0.1/32"}}]
+    egress = {
+        "enabled": True,
+        "kafka": [],
+        "kafkaPorts": [9092],
+        "apiServer": api_server,
+        "apiServerPorts": [443],
+    }
+    refused = helm_template(values(networkPolicy={"enabled": True, "metricsFrom": [], "egress": egress}))
+    assert refused.returncode != 0 and "networkPolicy.egress.kafka" in refused.stderr
+    egress = {**egress, "kafka": [{"namespaceSelector": {"matchLabels": {"name": "kafka"}}}], "apiServer": []}
+    refused = helm_template(values(networkPolicy={"enabled": True, "metricsFrom": [], "egress": egress}))
+    assert refused.returncode != 0 and "networkPolicy.egress.apiServer" in refused.stderr
+    egress = {**egress, "apiServer": api_server}
+    docs = manifests(values(networkPolicy={"enabled": True, "metricsFrom": [], "egress": egress}))
+    for policy in by_kind(docs, "NetworkPolicy").values():
+        assert all(rule.get("to") for rule in policy["spec"]["egress"][1:])
+
+
+def test_renders_are_deterministic() -> None:
+    """Byte for byte, twice, but for the generated signing key (made once, then kept by lookup)."""
+    args = ("--set", "signing.existingSecret=keys")
+    first, second = helm_template(HATCHES, *args), helm_template(HATCHES, *args)
+    assert first.returncode == 0 and first.stdout == second.stdout
