@@ -18,6 +18,7 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,17 @@ POLL_S = 0.5
 def log_of(cluster: str, nodes: int) -> list[dict[str, Any]]:
     """A PreemptionBasic cluster's full log (trace and the simulated cluster's reactions)."""
     return simulator.simulate([dict(e, cluster=cluster) for e in traces.basic(nodes)], Config()).log
+
+
+def a_day_later(log: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same objects relisted a day later (a re-created topic): the same uids, names and
+    decision ids when folded, other times, so other decision bytes."""
+
+    def later(ts: str) -> str:
+        day = datetime.strptime(ts[:10], "%Y-%m-%d") + timedelta(days=1)
+        return day.strftime("%Y-%m-%d") + ts[10:]
+
+    return [dict(e, ts=later(e["ts"])) if isinstance(e.get("ts"), str) else dict(e) for e in log]
 
 
 def expected(log: Sequence[dict[str, Any]]) -> list[bytes]:
