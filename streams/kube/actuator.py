@@ -37,8 +37,9 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -46,6 +47,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
+from engine import timeutil
 from schemas import VERSION, chain, cloudevent, records, validate
 from schemas.records import (
     CLUSTER_EVENTS,
@@ -120,6 +122,12 @@ DEFAULT_PROTECTED_NAMESPACES = ("kube-system",)
 # real decision names the few pods that make room on one node (a gang's, on a few nodes).
 DEFAULT_MAX_VICTIMS = 100
 
+# A `preempt` decision whose own `ts` is older than this against the actuator's clock is refused
+# (--max-decision-age): the cluster it was decided on has moved on since. The worker stamps a
+# decision with the time of the event that led to it; a few minutes covers a worker catching up
+# on a short backlog and the clocks' skew, not an old decision re-produced into the topic.
+DEFAULT_MAX_DECISION_AGE_S = 300.0
+
 # What the actuator does with the API, for the chart's RBAC (a test keeps them equal).
 REQUIRED_RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "pods", ("get", "delete", "patch")),
@@ -184,6 +192,35 @@ class ForgedDecision(Refused):
 
 class UnacceptedKey(Refused):
     """Signed with a key id the actuator does not accept: a retired key, or one never issued to it."""
+
+
+class OutOfChain(Refused):
+    """The record does not continue its cluster's chain from the last record accepted: its
+    `prevHash` is not that record's hash, or its `seq` goes back (a replay, a fork)."""
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """What the actuator checks of a decision's place in its cluster's chain and in time.
+
+    - chain: each record of the cluster must link to the last one accepted (`prevHash` is its
+      `hash`) and not go back (`seq` not below), else it is dead-lettered (OutOfChain). The head
+      is kept in the ledger. The one exception is the first record of the cluster after a start
+      or a (re)start of consuming: the records before it may have been handled by another
+      actuator (the Lease moved) or its head line lost with the machine, so it must only not go
+      back. A redelivery of the last record accepted, or of an earlier one whose every victim's
+      outcome is recorded, is handled as before (idempotently), never dead-lettered.
+    - max_age_s: a `preempt` whose `ts` is older than this against `clock` is refused (None: off).
+    - supersede: a `preempt` for a preemptor the actuator has seen a later decision for (a higher
+      `seq`: handled, or fetched with it and waiting behind it) is refused.
+    A decision already started (a victim or nomination in the ledger) is carried on whatever its
+    age: its first delivery passed these checks.
+    """
+
+    chain: bool = True
+    max_age_s: float | None = DEFAULT_MAX_DECISION_AGE_S
+    supersede: bool = True
+    clock: Callable[[], float] = field(default=time.time, compare=False)
 
 
 # What handle() lets through to the consume loop, which retries: a lost Lease, a broker or
@@ -381,8 +418,15 @@ class Actuator:
         preemptor_events: PreemptorEvents | None = None,
         protected_namespaces: Iterable[str] = DEFAULT_PROTECTED_NAMESPACES,
         max_victims: int = DEFAULT_MAX_VICTIMS,
+        freshness: Freshness | None = None,
     ) -> None:
         self.topics = topics
+        # None: no chain, age or superseding check (the Python API's default; the command's is on).
+        self.freshness = freshness
+        # Clusters whose next record must link to the head (not after a start or a resume).
+        self._linked: set[str] = set()
+        # (cluster, preemptor) -> the highest seq of a verified decision seen for it.
+        self._latest: dict[tuple[str, str], int] = {}
         self.protected_namespaces = frozenset(protected_namespaces)
         self.max_victims = max_victims
         self._preemptor_events = preemptor_events
@@ -459,24 +503,30 @@ class Actuator:
         origin: Origin,
         headers: Sequence[tuple[str, bytes]],
     ) -> list[EvictionRecord]:
-        key_id = next((v.decode("utf-8", "replace") for k, v in headers if k == signing.KEY_ID_HEADER), None)
         try:
-            decision = verify(value, keys=self._keys, key_id=key_id)
+            decision = verify(value, keys=self._keys, key_id=_key_id(headers))
         except Refused as exc:
             await self._dead_letter(value, key, origin, exc)
             return []
         if decision["cluster"] != self._cluster:
             OTHER_CLUSTERS.inc()
             return []
+        if self.freshness is not None:
+            try:
+                self._continue_chain(decision)
+            except OutOfChain as exc:
+                await self._dead_letter(value, key, origin, exc)
+                return []
+            self._seen(decision)
         DECISIONS_SEEN.labels(decision["outcome"]).inc()
         if decision["outcome"] != "preempt" or not decision["victims"]:
             await self._announce(decision)
             return []
-        if all(self._ledger.recorded((decision["id"], v["uid"])) for v in decision["victims"]):
+        if self._done(decision):
             DUPLICATES.inc(len(decision["victims"]))  # a redelivery: no API call at all
             await self._write_outcome(decision, "done", "")
             return []
-        refusal = self._refusal(decision)
+        refusal = self._stale(decision) or self._refusal(decision)
         if refusal is not None:
             return await self._refuse(decision, *refusal)
         context = _context(decision)
@@ -505,6 +555,86 @@ class Actuator:
         if stop is None:
             await self._announce(decision)
         return written
+
+    # ---- freshness -------------------------------------------------------------------
+
+    def _done(self, decision: DecisionRecord) -> bool:
+        """Every victim's outcome is recorded: a redelivery, nothing left to do."""
+        victims = decision["victims"]
+        return bool(victims) and all(self._ledger.recorded((decision["id"], v["uid"])) for v in victims)
+
+    def _started(self, decision: DecisionRecord) -> bool:
+        """A victim or a nomination of the decision is in the ledger: acted on before a crash."""
+        subjects = [v["uid"] for v in decision["victims"]]
+        members = decision.get("placements") or {decision["preemptor"]: ""}
+        subjects += [nomination_subject(member) for member in members]
+        return any(self._ledger.state((decision["id"], s)) is not None for s in subjects)
+
+    def _continue_chain(self, decision: DecisionRecord) -> None:
+        """Check the record continues its cluster's chain and make it the head; OutOfChain if not."""
+        assert self.freshness is not None
+        if not self.freshness.chain:
+            return
+        cluster, seq, digest = decision["cluster"], decision["seq"], decision["hash"]
+        head = self._ledger.head(cluster)
+        if head is not None and digest != head.hash:
+            if seq < head.seq:
+                if decision["outcome"] == "preempt" and self._done(decision):
+                    return  # an earlier record redelivered (offsets reset): its outcomes stand
+                raise OutOfChain(
+                    f"seq {seq} goes back: the last record accepted for cluster {cluster} is seq "
+                    f"{head.seq} ({head.hash[:16]}...): a replay of an old decision"
+                )
+            if decision["prevHash"] != head.hash and cluster in self._linked:
+                raise OutOfChain(
+                    f"prevHash {decision['prevHash'][:16]}... is not the hash of the last record "
+                    f"accepted for cluster {cluster} (seq {head.seq}, {head.hash[:16]}...): a record "
+                    "from another chain, or one was removed"
+                )
+        # The first record after a start with an empty ledger has nothing to link to: only the
+        # age bound protects it (a PVC-backed --ledger-file keeps the head across restarts).
+        self._ledger.set_head(cluster, seq, digest)  # before any write: a redelivery is known
+        self._linked.add(cluster)
+
+    def _seen(self, decision: DecisionRecord) -> None:
+        key = (decision["cluster"], decision["preemptor"])
+        self._latest[key] = max(self._latest.get(key, -1), decision["seq"])
+
+    def note(self, values: Iterable[tuple[bytes, Sequence[tuple[str, bytes]]]]) -> None:
+        """Note the decisions fetched together, before handling them: an earlier one for a
+        preemptor with a later one among them is superseded (refused when handled)."""
+        if self.freshness is None or not self.freshness.supersede:
+            return
+        head = self._ledger.head(self._cluster)
+        if head is not None:  # below the head nothing can be superseded any more: forget it
+            self._latest = {k: s for k, s in self._latest.items() if s > head.seq}
+        for value, headers in values:
+            try:
+                decision = verify(value, keys=self._keys, key_id=_key_id(headers))
+            except Exception:  # handled (and dead-lettered) in its turn
+                continue
+            if decision["cluster"] == self._cluster:
+                self._seen(decision)
+
+    def _stale(self, decision: DecisionRecord) -> tuple[str, str] | None:
+        """Why a `preempt` not started yet is too old to act on ((reason, message)), or None."""
+        fresh = self.freshness
+        if fresh is None or self._started(decision):
+            return None
+        if fresh.max_age_s is not None:
+            age_s = fresh.clock() - timeutil.parse(decision["ts"], field="ts") / timeutil.SECOND
+            if age_s > fresh.max_age_s:
+                return "stale", (
+                    f"decided at {decision['ts']}, {age_s:.0f} s ago, more than the "
+                    f"{fresh.max_age_s:g} s a decision may wait"
+                )
+        if fresh.supersede:
+            latest = self._latest.get((decision["cluster"], decision["preemptor"]), -1)
+            if latest > decision["seq"]:
+                return "superseded", (
+                    f"superseded by a later decision for {decision['preemptor']} (seq {latest})"
+                )
+        return None
 
     def _refusal(self, decision: DecisionRecord) -> tuple[str, str] | None:
         """Why the decision is refused before any API call ((reason, message)), or None."""
@@ -793,6 +923,8 @@ class Actuator:
             max_poll_records=MAX_POLL_RECORDS,
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         )
+        # Whatever this consumer reads first may follow records another actuator handled.
+        self._linked.clear()
         try:
             await connection.start(config, consumer)
             await self._poll(consumer, stopping)
@@ -804,6 +936,7 @@ class Actuator:
             if self._elector is not None and not self._elector.is_leader():
                 return  # the successor takes over from our last commit
             batch = await consumer.getmany(timeout_ms=POLL_TIMEOUT_MS)
+            self.note((m.value or b"", m.headers or ()) for messages in batch.values() for m in messages)
             for tp, messages in batch.items():
                 for message in messages:
                     origin = Origin(tp.topic, tp.partition, message.offset)
@@ -870,6 +1003,11 @@ async def _first(wanted: Any, stop: Any) -> bool:
             task.cancel()
         await asyncio.gather(wanted_task, stop_task, return_exceptions=True)
     return wanted_task in done and not wanted_task.cancelled()
+
+
+def _key_id(headers: Sequence[tuple[str, bytes]]) -> str | None:
+    """The signing key id a record's header names (signing.KEY_ID_HEADER), if any."""
+    return next((v.decode("utf-8", "replace") for k, v in headers if k == signing.KEY_ID_HEADER), None)
 
 
 def _members(decision: DecisionRecord) -> list[tuple[str, str, str]]:
@@ -995,6 +1133,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help=f"refuse a decision naming more victims than this (default {DEFAULT_MAX_VICTIMS})",
     )
+    parser.add_argument(
+        "--max-decision-age",
+        type=_seconds,
+        default=DEFAULT_MAX_DECISION_AGE_S,
+        metavar="SECONDS",
+        help="refuse a preempt decision whose own ts is older than this against this host's clock, "
+        f"no victim touched (0: no bound; default {DEFAULT_MAX_DECISION_AGE_S:g})",
+    )
     signing.add_verification_arguments(
         parser, what="refuse (dead-letter) decisions not signed by an accepted key"
     )
@@ -1018,6 +1164,16 @@ def _namespaces(value: str) -> tuple[str, ...]:
     if bad:
         raise argparse.ArgumentTypeError(f"not a namespace name: {bad[0][:80]!r}")
     return names
+
+
+def _seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not number >= 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, at least 0, got {value[:40]!r}")
+    return number
 
 
 def _positive(value: str) -> int:
@@ -1085,6 +1241,7 @@ async def _serve(
                     preemptor_events=announcer,
                     protected_namespaces=args.protected_namespaces,
                     max_victims=args.max_victims,
+                    freshness=Freshness(max_age_s=args.max_decision_age or None),
                 )
                 lagging = lag.start(kafka, args, topic=layout.names.cluster_events)
                 try:

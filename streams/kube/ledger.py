@@ -22,6 +22,14 @@ the last state per key when loaded. The evictions topic is the other half of
 recovery: on start the actuator reads it back and marks every outcome found
 there as recorded, so a lost ledger file (a rescheduled pod without a volume)
 duplicates nothing.
+
+It also keeps each cluster's chain head (schemas.chain): the `seq` and `hash` of the last
+decision record the actuator accepted, a line `{"cluster", "seq", "hash"}` written before
+the record is acted on, so a redelivery of that record after a crash is known as such and
+a record that goes back is refused (streams.kube.actuator, freshness). A head line lost
+with the machine (lines are synced with a decision's outcomes, not each) leaves an older
+head: the actuator then accepts the first record after a start that does not go back
+below it, so losing a line never refuses a real decision.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 import orjson
 
@@ -37,6 +45,13 @@ PENDING = "pending"
 RECORDED = "recorded"
 
 LedgerKey = tuple[str, str]
+
+
+class Head(NamedTuple):
+    """A cluster's chain head: the last decision record accepted."""
+
+    seq: int
+    hash: str
 
 
 def nomination_subject(member: str) -> str:
@@ -49,6 +64,7 @@ class Ledger:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
         self._states: dict[LedgerKey, str] = {}
+        self._heads: dict[str, Head] = {}
         self._file: IO[bytes] | None = None
         self._appended = 0  # lines appended since opened
         self._synced = 0  # of which this many are known durable
@@ -62,6 +78,11 @@ class Ledger:
             for line in path.read_bytes().splitlines():
                 try:
                     entry = orjson.loads(line)
+                    if "cluster" in entry:
+                        seq, digest = entry["seq"], entry["hash"]
+                        if isinstance(seq, int) and isinstance(digest, str):
+                            self._heads[str(entry["cluster"])] = Head(seq, digest)
+                        continue
                     key = (str(entry["decisionId"]), str(entry["subject"]))
                     state = str(entry["state"])
                 except (orjson.JSONDecodeError, KeyError, TypeError):
@@ -73,6 +94,8 @@ class Ledger:
         with open(tmp, "wb") as out:
             for (decision_id, subject), state in self._states.items():
                 out.write(self._line(decision_id, subject, state))
+            for cluster, head in self._heads.items():
+                out.write(self._head_line(cluster, head))
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
@@ -82,12 +105,29 @@ class Ledger:
     def _line(decision_id: str, subject: str, state: str) -> bytes:
         return orjson.dumps({"decisionId": decision_id, "subject": subject, "state": state}) + b"\n"
 
+    @staticmethod
+    def _head_line(cluster: str, head: Head) -> bytes:
+        return orjson.dumps({"cluster": cluster, "seq": head.seq, "hash": head.hash}) + b"\n"
+
     def _write(self, key: LedgerKey, state: str) -> None:
         self._states[key] = state
+        self._append(self._line(key[0], key[1], state))
+
+    def _append(self, line: bytes) -> None:
         if self._file is not None:
-            self._file.write(self._line(key[0], key[1], state))
+            self._file.write(line)
             self._file.flush()  # in the OS now: a crash of the process loses nothing, a machine's may
             self._appended += 1
+
+    def head(self, cluster: str) -> Head | None:
+        """The cluster's chain head: the last decision record accepted (None: none yet)."""
+        return self._heads.get(cluster)
+
+    def set_head(self, cluster: str, seq: int, digest: str) -> None:
+        head = Head(seq, digest)
+        if self._heads.get(cluster) != head:
+            self._heads[cluster] = head
+            self._append(self._head_line(cluster, head))
 
     async def sync(self) -> None:
         """Return once every line appended before the call is on disk (one fsync for all waiting)."""
