@@ -28,7 +28,7 @@ from streams.sim import traces
 from tests import audit_traces
 from tests.k8s import cluster
 from tests.k8s.test_actuator import FAST, KEY, ORIGIN, decision, victim
-from tests.k8s.test_real_api import ns, pod  # noqa: F401 - ns is a fixture
+from tests.k8s.test_real_api import ns, pod, preemptor  # noqa: F401 - ns is a fixture
 
 # The fields kube-scheduler v1.34.2 sets on its FailedScheduling Event (read from a real
 # kube-scheduler against this API server: tests/k8s/scheduler.py); ours sets each of them.
@@ -67,7 +67,7 @@ async def test_a_preempt_decision_writes_its_event_on_the_preemptor(
     as_actuator: client.ApiClient,
     ns: str,  # noqa: F811
 ) -> None:
-    high = kube_cluster.apply(pod("high", ns))
+    high = preemptor(kube_cluster, "high", ns)  # above its victims, or the actuator refuses the decision
     low = [kube_cluster.apply(pod(f"low-{i}", ns, node_name="n1")) for i in range(2)]
     act, sink = actuator_with_events(as_actuator, PreemptorEvents(as_actuator, identity="actuator-0"))
     record = decision(high, [victim(p, "delete") for p in low], decision_id=f"default/7/{ns}")

@@ -121,6 +121,40 @@ def pod(
     return obj
 
 
+# The preemptors' PriorityClass. The actuator takes only victims of lower live priority than the
+# live preemptor (issue 29), and the victims here have priority 0. A client cannot give a pod a
+# priority of its own: the API server's Priority admission refuses a spec.priority that differs
+# from its class's value, and sets it from priorityClassName, as in a real cluster.
+HIGH_PRIORITY_CLASS = "preemptctl-test-high"
+HIGH_PRIORITY = 1000
+
+
+def high_priority_class(kube_cluster: cluster.TestCluster) -> None:
+    """HIGH_PRIORITY_CLASS in the session's API server (created once; the server keeps it)."""
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": HIGH_PRIORITY_CLASS},
+        "value": HIGH_PRIORITY,
+        "description": "preemptors of the tests: above their victims' 0",
+    }
+    try:
+        kube_cluster.apply(body)
+    except urllib.error.HTTPError as exc:
+        if exc.code != 409:  # already there: another test created it
+            raise
+
+
+def preemptor(kube_cluster: cluster.TestCluster, name: str, namespace: str, **kwargs: Any) -> dict[str, Any]:
+    """A pending pod of HIGH_PRIORITY_CLASS, as admission stored it (spec.priority from the class)."""
+    high_priority_class(kube_cluster)
+    obj = pod(name, namespace, **kwargs)
+    obj["spec"]["priorityClassName"] = HIGH_PRIORITY_CLASS
+    created = kube_cluster.apply(obj)
+    assert created["spec"]["priority"] == HIGH_PRIORITY, created["spec"]
+    return created
+
+
 def pdb(name: str, namespace: str, app: str, *, allowed: int) -> dict[str, Any]:
     """A PDB with the status the disruption controller would write (none runs here)."""
     return {
@@ -346,7 +380,7 @@ def test_components_can_do_exactly_what_the_code_calls(kube_cluster: cluster.Tes
 async def test_delete_evict_label_nominate_and_events(
     kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str
 ) -> None:
-    high = kube_cluster.apply(pod("high", ns))
+    high = preemptor(kube_cluster, "high", ns)
     pods = {
         n: kube_cluster.apply(pod(n, ns, node_name="n1", grace=17))
         for n in ("v-delete", "v-evict", "v-label")
@@ -425,7 +459,7 @@ async def test_events_are_accepted_at_the_limits_of_names_and_times(
     is MicroTime, which the server parses only with its six fraction digits). A refused Event is
     only logged, so the test looks for the Event itself."""
     monkeypatch.setattr(kube, "now", lambda: datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC))
-    high = kube_cluster.apply(pod("high", ns))
+    high = preemptor(kube_cluster, "high", ns)
     long_name = "a" * 235 + "-" + "b" * 17  # 253 characters; an Event name keeps 236 of them
     target = kube_cluster.apply(pod(long_name, ns, node_name="n1"))
     sink = MemorySink()
@@ -441,7 +475,7 @@ async def test_events_are_accepted_at_the_limits_of_names_and_times(
 async def test_eviction_answers_of_real_pdbs(
     kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str
 ) -> None:
-    high = kube_cluster.apply(pod("high", ns))
+    high = preemptor(kube_cluster, "high", ns)
     one = kube_cluster.apply(pod("one-pdb", ns, node_name="n1", labels={"app": "web"}))
     two = kube_cluster.apply(pod("two-pdbs", ns, node_name="n1", labels={"app": "db"}))
     kube_cluster.apply(pdb("web", ns, "web", allowed=0))
@@ -484,7 +518,7 @@ async def test_a_pod_recreated_between_read_and_write_is_never_touched(
     """Each pod is replaced (same name, new uid) after the actuator read it and before its write: the
     write's uid precondition (eviction: 409) or the uid in its patch (status, labels: 422) refuses
     the new pod, and the victim's outcome is uid-changed. A recreated preemptor stops its decision."""
-    high = kube_cluster.apply(pod("high", ns))
+    high = preemptor(kube_cluster, "high", ns)
     old = {n: kube_cluster.apply(pod(n, ns, node_name="n1")) for n in ("e", "d", "l", "x")}
 
     def replace_once(name: str) -> Callable[[], None]:
@@ -494,16 +528,21 @@ async def test_a_pod_recreated_between_read_and_write_is_never_touched(
         def guard() -> None:
             if not replaced:
                 kube_cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", gracePeriodSeconds="0")
-                replaced.append(kube_cluster.apply(pod(name, ns, node_name="n1"))["metadata"]["uid"])
+                again = (
+                    preemptor(kube_cluster, name, ns)
+                    if name == "high"
+                    else kube_cluster.apply(pod(name, ns, node_name="n1"))
+                )
+                replaced.append(again["metadata"]["uid"])
 
         return guard
 
     found: dict[str, dict[str, Any]] = {}
     for name, action in (("e", "evict"), ("d", "delete"), ("l", "label")):
         act, sink = make_actuator(as_actuator, guard=replace_once(name))
-        record = decision(
-            high, [victim(old[name], action)], f"default/r-{name}/{ns}", node=""
-        )  # no nomination
+        # The preemptor is nominated too (a decision without a node is refused): the guard's first
+        # run, before the nomination or the victim's own write, replaces the victim already read.
+        record = decision(high, [victim(old[name], action)], f"default/r-{name}/{ns}")
         await act.handle(record, key=None, origin=ORIGIN)
         found |= results(sink)
     # The preemptor replaced between its read and its nomination: no victim is touched.
@@ -519,15 +558,20 @@ async def test_a_pod_recreated_between_read_and_write_is_never_touched(
         "x": "error",
     }
     assert "was recreated" in found["x"]["message"] and "no victim was touched" in found["x"]["message"]
-    refusals = sorted(
+    writes = sorted(
         (e["objectRef"]["name"], e["objectRef"].get("subresource"), e["responseStatus"]["code"])
         for e in kube_cluster.audit()
         if e.get("objectRef", {}).get("namespace") == ns and e["user"]["uid"] == "actuator-a"
         and e["verb"] in ("create", "patch", "delete")
     )  # fmt: skip
-    assert refusals == [
+    # Every write to a replaced pod was refused; what succeeded is the three nominations of the
+    # original preemptor (decisions r-e, r-d and r-l).
+    assert writes == [
         ("d", "status", 422),
         ("e", "eviction", 409),
+        ("high", "status", 200),
+        ("high", "status", 200),
+        ("high", "status", 200),
         ("high", "status", 422),
         ("l", None, 422),
     ]
@@ -579,7 +623,7 @@ async def test_a_preemptor_bound_while_its_victims_are_marked_keeps_them(
     the preemptor between the actuator's read of it and its nomination: the nomination's JSON
     patch tests (uid, no nodeName) make the server refuse it (422), the victim is not deleted and
     its mark is set back to False, and the outcome says so."""
-    high = kube_cluster.apply(pod("high", ns))
+    high = preemptor(kube_cluster, "high", ns)
     target = kube_cluster.apply(pod("t", ns, node_name="n1"))
     evicted = kube_cluster.apply(pod("e", ns, node_name="n1"))
 
@@ -624,7 +668,7 @@ async def test_a_redelivered_decision_withdraws_the_mark_an_earlier_delivery_lef
     another message (kube-scheduler's, another decision's) is not ours and stays."""
     decision_id = f"default/b/{ns}"
     # Bound before the redelivery reads it, or between that read and its nomination.
-    high = kube_cluster.apply(pod("high", ns, node_name="n2" if bound == "before" else None))
+    high = preemptor(kube_cluster, "high", ns, node_name="n2" if bound == "before" else None)
 
     def marked(name: str, message: str) -> dict[str, Any]:
         obj = pod(name, ns, node_name="n1")
@@ -657,7 +701,7 @@ async def test_a_redelivered_decision_withdraws_the_mark_an_earlier_delivery_lef
 async def test_dry_run_writes_nothing(
     kube_cluster: cluster.TestCluster, as_actuator: client.ApiClient, ns: str
 ) -> None:
-    high = kube_cluster.apply(pod("high", ns))
+    high = preemptor(kube_cluster, "high", ns)
     pods = {n: kube_cluster.apply(pod(n, ns, node_name="n1")) for n in ("a", "b", "c")}
     sink = MemorySink()
     act = Actuator(
@@ -808,7 +852,7 @@ async def test_a_write_needs_more_lease_than_its_timeout(
     clock = [0.0]
     a = elector(as_actuator, "preemptctl-actuator", "fenced", monotonic=lambda: clock[0])
     assert await a.try_acquire_or_renew()
-    high = kube_cluster.apply(pod("high", ns))
+    high = preemptor(kube_cluster, "high", ns)
     target = kube_cluster.apply(pod("v", ns, node_name="n1"))
     act, sink = make_actuator(as_actuator, guard=a.check)
     clock[0] = lease.RENEW_DEADLINE_S - kube.WRITE_TIMEOUT_S + 0.5  # still leader, but not for a whole write
@@ -1011,7 +1055,7 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
     once: a victim the frozen leader deleted is found terminating by the successor, not deleted
     again."""
     _, _, openssl = cluster.prerequisites()
-    high = kube_cluster.apply(pod("high", ns))
+    high = preemptor(kube_cluster, "high", ns)
     evicted = kube_cluster.apply(pod("v-evict", ns, node_name="n1"))
     deleted = kube_cluster.apply(pod("v-delete", ns, node_name="n1"))
     key_file = tmp_path / "hmac.key"
