@@ -83,5 +83,23 @@ bench: $(STAMP)
 	$(BIN)/preemptctl bench engine --nodes 5000 --output json
 	$(BIN)/preemptctl bench pipeline --output json
 
+# The image (deploy/Dockerfile: base pinned by digest, packages from deploy/requirements.lock) with
+# the first of docker, podman or buildah found; with none, says so and fails. linux/amd64 only
+# (docs/deploy.md, "The image").
+IMAGE ?= ghcr.io/preemptctl/preemptctl:$(shell sed -n 's/^ENGINE_VERSION = "\(.*\)"/\1/p' engine/__init__.py)
+IMAGE_PLATFORM ?= linux/amd64
+.PHONY: image
+image:
+	@builder=""; for b in docker podman buildah; do \
+	  if command -v $$b >/dev/null 2>&1; then builder=$$b; break; fi; \
+	done; \
+	if [ -z "$$builder" ]; then \
+	  echo "make image: none of docker, podman or buildah is installed: install one, or build deploy/Dockerfile with your own builder" >&2; \
+	  exit 1; \
+	fi; \
+	if [ "$$builder" = buildah ]; then set -- buildah bud; else set -- "$$builder" build; fi; \
+	echo "$$* --platform=$(IMAGE_PLATFORM) -f deploy/Dockerfile -t $(IMAGE) ."; \
+	"$$@" --platform=$(IMAGE_PLATFORM) -f deploy/Dockerfile -t $(IMAGE) .
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import shlex
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -87,7 +88,9 @@ def test_two_releases_in_one_namespace_hold_two_leases_each() -> None:
         assert lease_a == f"pc-a-{component}" and lease_b == f"pc-b-{component}"
         assert role_a == [lease_a] and role_b == [lease_b]  # each may touch its own Lease only
     # Disjoint objects too: no name in the namespace is rendered by both.
-    assert not {(d["kind"], d["metadata"]["name"]) for d in a} & {(d["kind"], d["metadata"]["name"]) for d in b}
+    assert not {(d["kind"], d["metadata"]["name"]) for d in a} & {
+        (d["kind"], d["metadata"]["name"]) for d in b
+    }
     # fullnameOverride names the Leases too; leaseName still overrides (an upgrade keeping the
     # chart 0.3.0 names, docs/deploy.md "Upgrading").
     assert lease_of(render("x", values(fullnameOverride="sched")), "source")[0] == "sched-source"
@@ -508,3 +511,57 @@ def test_renders_are_deterministic() -> None:
     args = ("--set", "signing.existingSecret=keys")
     first, second = helm_template(HATCHES, *args), helm_template(HATCHES, *args)
     assert first.returncode == 0 and first.stdout == second.stdout
+
+
+# ---- 8. docs/deploy.md: many installs on one cluster and one Kafka ---------------------------------
+
+
+def documented_installs() -> list[list[str]]:
+    """The `helm install` commands of docs/deploy.md's block after <!-- many-installs -->, as argv."""
+    text = (ROOT / "docs" / "deploy.md").read_text().split("<!-- many-installs -->", 1)[1]
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [shlex.split(line) for line in block.replace("\\\n", " ").splitlines() if line.startswith("helm ")]
+
+
+def test_the_documented_many_installs_share_nothing_they_must_not() -> None:
+    installs = documented_installs()
+    assert len(installs) == 2
+    rendered = []
+    for argv in installs:
+        assert argv[:2] == ["helm", "install"] and argv[3] == "deploy/helm/preemptctl"
+        release, rest = argv[2], argv[4:]
+        namespace = rest[rest.index("-n") + 1]
+        sets = [rest[i + 1] for i, arg in enumerate(rest) if arg == "--set"]
+        done = subprocess.run(
+            [helm(), "template", release, str(CHART), "--namespace", namespace,
+             *[a for s in sets for a in ("--set", s)]],
+            capture_output=True, text=True, timeout=HELM_TIMEOUT_S, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        rendered.append([d for d in yaml.safe_load_all(done.stdout) if d is not None])
+    a, b = rendered
+    assert_apart(a + b)  # names, selectors, budgets
+    for component in ("source", "actuator"):
+        assert lease_of(a, component)[0] != lease_of(b, component)[0]
+
+    def args_of(docs: list[dict[str, Any]], component: str) -> Any:
+        (workload,) = [w for n, w in workloads(docs).items() if n.endswith(f"-{component}")]
+        return cli().parse_args(container(workload)["args"])
+
+    for field in ("cluster", "scheduler_name"):
+        assert getattr(args_of(a, "source"), field) != getattr(args_of(b, "source"), field), field
+    for component in COMPONENTS:
+        assert args_of(a, component).topic_prefix != args_of(b, component).topic_prefix
+    assert args_of(a, "worker").group != args_of(b, "worker").group  # --group-id
+    assert args_of(a, "actuator").group_id != args_of(b, "actuator").group_id
+    assert args_of(a, "worker").hmac_key_file == args_of(b, "worker").hmac_key_file  # the same path, in
+    signing = [
+        {
+            v["secret"]["secretName"]
+            for w in workloads(docs).values()
+            for v in w["spec"]["template"]["spec"]["volumes"]
+            if v["name"] == "signing"
+        }
+        for docs in (a, b)
+    ]
+    assert len(signing[0]) == len(signing[1]) == 1 and not signing[0] & signing[1]  # another key

