@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine import ENGINE_VERSION
+from streams.common import logs
 from streams.common.errors import UsageError
 
 EXIT_USAGE = 2
@@ -118,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe is reported here, not at interpreter exit
         return result
     except UsageError as exc:
-        print(f"preemptctl: error: {exc}", file=sys.stderr)
+        # A config's error may quote what it read, a password included: masked as in the logs.
+        print(f"preemptctl: error: {logs.redact(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         _silence_stdout()

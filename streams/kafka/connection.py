@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streams.common import logs
 from streams.common.errors import BadBrokerUrl, UsageError
 
 if TYPE_CHECKING:  # the client itself is imported where it is used: reading a file needs none of it
@@ -102,6 +103,9 @@ class Secret:
 
     def __init__(self, value: str) -> None:
         self._value = value
+        # Every password resolved from a config is masked from here on, in every log line and
+        # printed error, whoever writes it (streams.common.logs: a library's debug line, say).
+        logs.secret(value)
 
     def reveal(self) -> str:
         return self._value
