@@ -36,11 +36,22 @@ and DoNotSchedule topology spread by hostname and zone, maxSkew 1-2, with
 matching pods relabelled so that counts sit near the limit, now and then with
 minDomains, node inclusion policies and matchLabelKeys. The preemptor's request
 is often made small, so that only these filters keep it off a node.
+
+A share of the PreemptionToleration clusters (TOLERATION_INPUTS_SHARE, on a third
+stream of the seed, drawn after everything else, so that the other clusters stay
+as they were) carry what the plugin reads strictly, each tagged: annotations with
+leading or trailing whitespace, underscores, full-width digits or a trailing
+newline (which Go's strconv.ParseInt refuses: the class protects nothing), and a
+plus sign or leading zeros (which it takes); minimums at and beyond the int32
+limits and seconds at and beyond the int64 limits; toleration-seconds 0 (or
+none) with PodScheduled times in the future, as a skewed clock writes them; and
+PodScheduled=True without a lastTransitionTime (Go's zero time upstream).
 """
 
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 from tests.parity.scenario import DEFAULT, IMAGE, NAMESPACES, TOLERATION, Scenario, render_time
@@ -66,6 +77,12 @@ ZONE = "topology.kubernetes.io/zone"
 HOST_PORTS = (8080, 8080, 8080, 9090)  # mostly one port, so that it is often taken
 PROTOCOLS = ("TCP", "TCP", "TCP", "UDP", "SCTP")
 HOST_IPS = ("", "", "", "0.0.0.0", "127.0.0.1", "10.0.0.1")
+# The share of PreemptionToleration clusters with the annotations and times the plugin reads strictly.
+TOLERATION_INPUTS_SHARE = 0.6
+INT32_LIMITS = ("2147483647", "2147483648", "-2147483648", "-2147483649")
+INT64_LIMITS = ("9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809")
+FULL_WIDTH = str.maketrans("0123456789", "\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19")
+MINIMUM, TOLERATION_SECONDS = "minimum-preemptable-priority", "toleration-seconds"
 
 
 def _class_name(value: int, suffix: str = "") -> str:
@@ -199,6 +216,9 @@ def scenario(seed: int) -> Scenario:
     shapes = random.Random(f"shapes-{seed}")  # a stream of its own: the rest is drawn as before
     if shapes.random() < SHAPED_SHARE:
         _shape(shapes, s)
+    odd = random.Random(f"toleration-{seed}")  # a third stream: drawn only for these clusters
+    if profile == TOLERATION and odd.random() < TOLERATION_INPUTS_SHARE:
+        _toleration_inputs(odd, s, preemptor_priority)
     return s
 
 
@@ -690,3 +710,140 @@ def _spread(x: random.Random, s: Scenario, tags: set[str]) -> None:
                 p["metadata"]["labels"]["app"] = target
             elif p["metadata"]["labels"].get("app") == target:
                 p["metadata"]["labels"]["app"] = x.choice(others)
+
+
+# ---- what PreemptionToleration reads strictly ---------------------------------------------
+
+
+def _go_int(text: str | None) -> int | None:
+    """The annotation as Go's ParseInt(text, 10, 64) reads it (None: absent or unparsable)."""
+    return int(text) if text is not None and re.fullmatch(r"[+-]?[0-9]+", text) else None
+
+
+def _notes(pc: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """A tolerating class's annotation prefix (the plugin's, or the alias) and its annotations."""
+    notes: dict[str, str] = pc["metadata"].setdefault("annotations", {})
+    prefix = ALIAS if any(k.startswith(ALIAS) for k in notes) else PREFIX
+    return prefix, notes
+
+
+def _toleration_inputs(x: random.Random, s: Scenario, preemptor_priority: int) -> None:
+    """On distinct tolerating classes where there are enough: scheduled times in the future under 0
+    seconds, PodScheduled without a time, limit values, and annotations Go's ParseInt refuses or
+    takes in an unusual spelling. Each class is mostly made to protect its pods from the preemptor
+    as written, and the preemptor mostly needs most of a node holding them, so that how the plugin
+    reads the class and its pods' times decides where the preemptor goes."""
+    tolerating = [c for c in s.classes if (c["metadata"].get("annotations") or {})]
+    if not tolerating:
+        return
+    kinds = [
+        k
+        for k, share in (("future", 0.4), ("untimed", 0.4), ("limits", 0.4), ("syntax", 0.5))
+        if x.random() < share
+    ] or [x.choice(("future", "untimed", "limits", "syntax"))]
+    by_class: dict[str, list[dict[str, Any]]] = {}
+    for pod in s.pods:
+        conditions = pod["status"].get("conditions") or []
+        if pod["spec"].get("nodeName") and any(
+            c["type"] == "PodScheduled" and c["status"] == "True" for c in conditions
+        ):
+            by_class.setdefault(pod["spec"]["priorityClassName"], []).append(pod)
+    # Classes with the most scheduled pods first (ties in a random order); each kind takes the next.
+    order = sorted(tolerating, key=lambda c: (-len(by_class.get(c["metadata"]["name"], [])), x.random()))
+    tags = set(s.tags)
+    touched: list[dict[str, Any]] = []
+    for i, kind in enumerate(kinds):
+        pc = order[i] if i < len(order) else x.choice(order)
+        pods = by_class.get(pc["metadata"]["name"], [])
+        touched.extend(pods)
+        prefix, notes = _notes(pc)
+        if kind != "future":
+            _protecting(x, prefix, notes, preemptor_priority, untimed=kind == "untimed")
+        if kind == "future":
+            _future_scheduled(x, pods, prefix, notes, preemptor_priority)
+            tags.add("toleration-zero-seconds-future")
+        elif kind == "untimed":
+            _untimed(x, pods)
+            tags.add("toleration-no-transition-time")
+        elif kind == "limits":
+            name = MINIMUM if x.random() < 0.5 else TOLERATION_SECONDS
+            notes[prefix + name] = x.choice(INT32_LIMITS if name == MINIMUM else INT64_LIMITS)
+            tags.add("toleration-int32-limit" if name == MINIMUM else "toleration-int64-limit")
+        else:
+            key = x.choice(sorted(notes))
+            notes[key], tag = _spelling(x, notes[key])
+            tags.add(tag)
+    if touched and x.random() < 0.7:
+        _needs_room(x, s, touched)
+    s.tags = tuple(sorted(tags))
+
+
+def _protecting(
+    x: random.Random, prefix: str, notes: dict[str, str], priority: int, *, untimed: bool
+) -> None:
+    """Mostly a minimum above the preemptor and a window that holds the class's pods (forever, or
+    longer than any pod has run; for PodScheduled without a time, never forever)."""
+    minimum = _go_int(notes.get(prefix + MINIMUM))
+    if (minimum is None or minimum <= priority) and x.random() < 0.8:
+        notes[prefix + MINIMUM] = str(priority + x.randint(1, 1000))
+    seconds = _go_int(notes.get(prefix + TOLERATION_SECONDS))
+    if (seconds is None or seconds == 0 or (untimed and seconds < 0)) and x.random() < 0.7:
+        notes[prefix + TOLERATION_SECONDS] = "86400000" if untimed else x.choice(("-1", "86400000"))
+
+
+def _needs_room(x: random.Random, s: Scenario, pods: list[dict[str, Any]]) -> None:
+    """A preemptor asking for more CPU than any node has free (where it can) and at least half of,
+    at most all of, the biggest node that holds some of these pods."""
+    names = {p["spec"]["nodeName"] for p in pods}
+    biggest = max(int(n["status"]["capacity"]["cpu"]) for n in s.nodes if n["metadata"]["name"] in names)
+    low = min(max(max(_free_cpu(s, n) for n in s.nodes) + 0.1, biggest / 2), biggest)
+    cpu = f"{int(x.uniform(low, biggest) * 1000) // 50 * 50}m"
+    resources = s.preemptor["spec"]["containers"][0].setdefault("resources", {})
+    resources.setdefault("requests", {})["cpu"] = cpu
+    if "cpu" in (resources.get("limits") or {}):
+        resources["limits"]["cpu"] = cpu
+
+
+def _future_scheduled(
+    x: random.Random, pods: list[dict[str, Any]], prefix: str, notes: dict[str, str], priority: int
+) -> None:
+    """0 toleration seconds (or none: the default 0), a minimum mostly above the preemptor, and
+    PodScheduled times well ahead of now on some of the class's pods (a skewed clock)."""
+    if x.random() < 0.8:
+        notes[prefix + TOLERATION_SECONDS] = "0"
+    else:
+        notes.pop(prefix + TOLERATION_SECONDS, None)
+    minimum = _go_int(notes.get(prefix + MINIMUM))
+    if (minimum is None or minimum <= priority) and x.random() < 0.7:
+        notes[prefix + MINIMUM] = str(priority + x.randint(1, 1000))
+    chosen = [p for p in pods if x.random() < 0.75] or pods[:1]
+    for pod in chosen:
+        for c in pod["status"]["conditions"]:
+            if c["type"] == "PodScheduled":
+                # Far enough ahead that kube-scheduler's wall clock, a few seconds on, is still before it.
+                c["lastTransitionTime"] = render_time(REF + WINDOW_MARGIN_S + x.randint(0, 3000))
+
+
+def _untimed(x: random.Random, pods: list[dict[str, Any]]) -> None:
+    """PodScheduled=True without a lastTransitionTime on some of the class's pods."""
+    for pod in [p for p in pods if x.random() < 0.6] or pods[:1]:
+        for c in pod["status"]["conditions"]:
+            if c["type"] == "PodScheduled":
+                c.pop("lastTransitionTime", None)
+
+
+def _spelling(x: random.Random, text: str) -> tuple[str, str]:
+    """An annotation value spelt as Go's ParseInt refuses it (Python's int() takes every one of
+    these), or as it takes it (a plus sign, leading zeros); and the tag saying which."""
+    sign, digits = (text[0], text[1:]) if text[:1] in ("+", "-") else ("", text)
+    roll = x.choice(("spaces", "spaces", "underscore", "full-width", "newline", "go-valid"))
+    if roll == "spaces":
+        return x.choice((f" {text}", f"{text} ", f"\t{text}", f" {text} ")), "toleration-annotation-spaces"
+    if roll == "underscore":
+        under = f"{digits[:1]}_{digits[1:]}" if len(digits) > 1 else f"0_{digits}"
+        return sign + under, "toleration-annotation-underscore"
+    if roll == "full-width":
+        return sign + digits.translate(FULL_WIDTH), "toleration-annotation-full-width"
+    if roll == "newline":
+        return text + "\n", "toleration-annotation-newline"
+    return (f"-00{digits}" if sign == "-" else f"+{digits}"), "toleration-annotation-sign-zeros"
