@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/cold_start.py 37500     # 37,500 nodes, 150,000 pods
 
 Prints the fold time and how long `PartitionWorker.open` takes to restore the
-state and build the index from the local rocksdict store (DESIGN §8 cold start),
+state and build the index from the local rocksdict store (docs/performance.md, cold start),
 in-process over an in-memory broker. Recovery from a snapshot in Kafka, with
 no local store, is `preemptctl bench pipeline --recovery-pods 150000`.
 """

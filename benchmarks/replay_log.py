@@ -1,4 +1,4 @@
-"""Write a large JSONL event log for timing `preemptctl replay` (DESIGN §8: 1M events in <= 60 s).
+"""Write a large JSONL event log for timing `preemptctl replay` (docs/performance.md: 1M events in <= 60 s).
 
     .venv/bin/python benchmarks/replay_log.py /tmp/replay-1m.jsonl 1000000
     time .venv/bin/preemptctl replay /tmp/replay-1m.jsonl --decisions-out /dev/null

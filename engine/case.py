@@ -1,4 +1,4 @@
-"""Conformance cases (conformance/FORMAT.md) turned into an engine question.
+"""Conformance cases (docs/case-format.md) turned into an engine question.
 
 The caller reads and parses the file; this module validates the structure and
 builds the cluster, the preemptor(s), the instant and the config.

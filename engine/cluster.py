@@ -18,7 +18,7 @@ evaluated with that budget where the change can matter there. A PriorityClass
 change touches only the nodes running pods of that class, and only when its
 toleration policy changed; a quota change no node.
 
-Folding is idempotent (DESIGN §3.2): an object event whose resourceVersion is
+Folding is idempotent (docs/architecture.md §2): an object event whose resourceVersion is
 not newer than what the index holds is ignored, and a deleted object leaves a
 tombstone so a re-delivered older event cannot resurrect it.
 """

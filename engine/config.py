@@ -1,4 +1,4 @@
-"""Engine settings (conformance/FORMAT.md "Config keys"), validated, with a stable hash."""
+"""Engine settings (docs/case-format.md "Config keys"), validated, with a stable hash."""
 
 from __future__ import annotations
 

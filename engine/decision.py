@@ -61,7 +61,7 @@ class Decision:
     member_uids: tuple[str, ...] = ()  # their uids, in the same order
 
     def answer(self) -> dict[str, Any]:
-        """The `preemptctl decide` contract (conformance/FORMAT.md), plus the explanation."""
+        """The `preemptctl decide` contract (docs/case-format.md), plus the explanation."""
         out: dict[str, Any] = {"outcome": self.outcome, "flow": self.flow, "preemptor": self.preemptor}
         if self.placements is not None:
             out["placements"] = dict(sorted(self.placements.items()))

@@ -18,4 +18,4 @@ class InvalidConfig(EngineError):
 
 
 class InvalidCase(EngineError):
-    """A conformance case file does not follow conformance/FORMAT.md."""
+    """A conformance case file does not follow docs/case-format.md."""

@@ -1,6 +1,6 @@
 """Flow selection and the decision entry point every caller uses.
 
-Per pending preemptor (DESIGN §4): a DaemonSet pod takes the DaemonSet flow; a
+Per pending preemptor (docs/semantics.md): a DaemonSet pod takes the DaemonSet flow; a
 pod with the pod-group label or in an ElasticQuota takes the job flow; anything
 else the default flow. `decide` is the one function the CLI, the streaming
 worker and the audit replay call.

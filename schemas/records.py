@@ -1,4 +1,4 @@
-"""Typed shapes of every topic's values (DESIGN §5) and their orjson encode/decode.
+"""Typed shapes of every topic's values (docs/topics.md) and their orjson encode/decode.
 
 Each value carries `v`, the envelope version. Compatibility policy: within a
 version, fields are only ever added (consumers must ignore unknown fields);

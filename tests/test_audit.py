@@ -1,6 +1,6 @@
 """`preemptctl audit verify|head` and the replay audit path, through the command line.
 
-Every tampering DESIGN §9 names is made to a real decision log (the bundled
+Every tampering docs/architecture.md §4 names is made to a real decision log (the bundled
 example, replayed offline) and must be caught at the first bad record, named by
 its line, id and kind; an intact log (also a signed one, several clusters, and
 several records decided on one TICK) must pass.

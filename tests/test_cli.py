@@ -1,4 +1,4 @@
-"""The `preemptctl decide` contract (conformance/FORMAT.md), through the real console entry point."""
+"""The `preemptctl decide` contract (docs/case-format.md), through the real console entry point."""
 
 from __future__ import annotations
 

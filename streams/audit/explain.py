@@ -1,7 +1,7 @@
 """`preemptctl explain NAMESPACE/POD --decisions DECISIONS`: why a pod was (or was not) preempted.
 
 This module owns answering that question from the decision records alone, in
-each flow's terms (DESIGN §4), never by re-running the engine: what was recorded
+each flow's terms (docs/semantics.md), never by re-running the engine: what was recorded
 is what is explained. For the pod it finds every decision that mentions it:
 - as a victim: which decision, which preemptor, which node, why that node
   (its rank against the runner-up, criterion by criterion) and why this pod
@@ -38,7 +38,7 @@ from streams.common.errors import UsageError
 from streams.kafka import connection
 
 VICTIM, SURVIVOR, PREEMPTOR, MEMBER = "victim", "survivor", "preemptor", "member"
-SHIFT = 2**31  # the engine counts victim priorities from -2^31 when summing them (DESIGN §4)
+SHIFT = 2**31  # the engine counts victim priorities from -2^31 when summing them (docs/semantics.md)
 QOS_RANK = {"Guaranteed": 2, "Burstable": 1, "BestEffort": 0}
 # How many rejection reasons a text answer lists (the JSON has all the record has).
 TOP_REASONS = 3
@@ -178,7 +178,7 @@ def _placements(d: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _criteria_order(mode: str) -> list[tuple[str, str]]:
-    """(criterion, what wins on it), in the order the engine ranks candidate nodes (DESIGN §4)."""
+    """(criterion, what wins on it), in the order the engine ranks candidate nodes (docs/semantics.md)."""
     shifted = ("shiftedSum", "a smaller sum of victim priorities (each counted from -2^31)")
     count = ("victims", "fewer victims")
     head = [

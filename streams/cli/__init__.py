@@ -1,4 +1,4 @@
-"""The `preemptctl` command line: one subcommand per capability (DESIGN §10, README).
+"""The `preemptctl` command line: one subcommand per capability (docs/architecture.md §5, README).
 
 Owns: `main` (the table of subcommands, lazy parsing, dispatch, exit codes,
 `--version`), `decide` (the `decide` subcommand), `cases` (case files for

@@ -1,4 +1,4 @@
-"""The `preemptctl` command line: one subcommand per capability (DESIGN §10).
+"""The `preemptctl` command line: one subcommand per capability (docs/architecture.md §5).
 
 Data goes to stdout, progress and logs to stderr; bad input exits 2 with one
 clear line and nothing on stdout.

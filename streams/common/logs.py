@@ -1,7 +1,7 @@
 """Logging for every component: `--log-format json|text`, `--log-level`, and never a secret.
 
 This module owns how a long-running component (source, worker, actuator) logs:
-- everything goes to stderr (stdout is for data, DESIGN §10), one line per record;
+- everything goes to stderr (stdout is for data, docs/architecture.md §5), one line per record;
 - `text` is `TIME LEVEL LOGGER: message key=value ...`, `json` one JSON object
   per line with `ts`, `level`, `logger`, `component`, `msg` and the same keys,
   for a log pipeline (Loki, Elasticsearch, Cloud Logging) to index;

@@ -2,7 +2,7 @@
 bounded windows of one partition (`PartitionReader`, what the worker reads to open a partition).
 
 The embedded broker reports a partition's end short by the last record batch
-(DESIGN §11), so "read to the end" never trusts end offsets alone: it keeps
+(docs/architecture.md §6), so "read to the end" never trusts end offsets alone: it keeps
 polling until the end offsets are reached *and* a poll comes back empty.
 """
 

@@ -72,7 +72,7 @@ class KafkaSink:
     def __init__(self, kafka: connection.Connect, *, client_id: str = "preemptctl") -> None:
         self._kafka = connection.of(kafka)
         # Not idempotent: the embedded tansu broker cannot serve InitProducerId
-        # (DESIGN §11). Duplicates after a retry are harmless downstream: object
+        # (docs/architecture.md §6). Duplicates after a retry are harmless downstream: object
         # events fold idempotently by resourceVersion and outcomes are deduplicated
         # by (decision id, victim uid).
         self._producer = self._kafka.producer(

@@ -139,7 +139,7 @@ def topic_specs(
     min_insync_replicas: int | None = None,
     names: Names = DEFAULT_NAMES,
 ) -> tuple[TopicSpec, ...]:
-    """The preemptctl topics (DESIGN.md §5, and the worker's snapshots) as they are created.
+    """The preemptctl topics (docs/topics.md, and the worker's snapshots) as they are created.
 
     Every topic has the same partition count: the worker writes the decisions, dead
     letters and snapshots of cluster-events partition p to partition p. docs/deploy.md's

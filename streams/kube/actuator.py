@@ -91,7 +91,7 @@ FETCH_MAX_WAIT_MS = 10
 # must hear from us within max.poll.interval.ms, so take few at a time.
 MAX_POLL_RECORDS = 10
 # aiokafka's default; the embedded tansu makes a group join wait about half of it
-# (DESIGN §11), so tests pass a shorter one.
+# (docs/architecture.md §6), so tests pass a shorter one.
 SESSION_TIMEOUT_MS = 10_000
 # Stopping (SIGTERM), the consumer's close, which leaves the group, may take this long. While
 # its group is rebalancing on a slow broker the close waits for the rejoin to settle: 30 s and
@@ -111,7 +111,7 @@ STOP_TIMEOUT_S = 15.0
 READ_BACK_TIMEOUT_S = 60.0
 READ_BACK_POLL_MS = 200
 # One last poll past the reported end offsets: the embedded tansu reports a
-# partition's end short by its last record batch (DESIGN §11), and an outcome
+# partition's end short by its last record batch (docs/architecture.md §6), and an outcome
 # missed there would be written a second time.
 READ_BACK_TAIL_MS = 300
 

@@ -2,7 +2,7 @@
 
 The source, the worker and the actuator are separate processes (`preemptctl
 source|worker|actuator`) with the same operational surface: the Kafka
-connection flags (streams.kafka.client),
+connection flags (streams.kafka.connection),
 `--kubeconfig/--context`, `--log-level`, `--log-format`, `--no-create-topics`, the health
 flags (streams.common.health), SIGTERM/SIGINT for a clean stop, and waiting for a
 broker that starts after them instead of crash-looping.
@@ -123,12 +123,12 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def kafka_of(args: argparse.Namespace) -> connection.KafkaConfig:
-    """The Kafka the connection flags name (streams.kafka.client); UsageError when they are wrong."""
+    """The Kafka the connection flags name (streams.kafka.connection); UsageError when they are wrong."""
     return connection.from_args(args)
 
 
 def configure_logging(args: argparse.Namespace, *, component: str) -> None:
-    """Logs to stderr (stdout is for data, DESIGN §10) as `--log-format` and `--log-level` say."""
+    """Logs to stderr (stdout is for data, docs/architecture.md §5) as `--log-format` and `--log-level` say."""
     logs.configure(component=component, level=args.log_level, fmt=args.log_format)
 
 

@@ -2,7 +2,7 @@
 
 Every Kubernetes edge case of actuation is handled here, with its reason:
 - A victim the decision marks `terminating`: already-terminating, and no API
-  call at all (its capacity is leaving anyway; DESIGN §4).
+  call at all (its capacity is leaving anyway; docs/semantics.md).
 - The pod is read before any write:
   - 404: already-gone. The goal (the pod no longer running) is reached, so a
     missing pod is success, never an error.
@@ -884,7 +884,7 @@ def _classify(pod: dict[str, Any] | None, victim: VictimRecord, *, resumed: bool
 
 
 def soft_eviction(context: Context) -> dict[str, Any]:
-    """The merge patch of a `label` victim: the label, and the detail as an annotation (DESIGN §4)."""
+    """The merge patch of a `label` victim: the label, and the detail as an annotation (docs/semantics.md)."""
     detail = json.dumps(
         {
             "preemptJob": context.job,

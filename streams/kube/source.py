@@ -3,7 +3,7 @@
 This module owns the cluster's event log as the API server shows it:
 - what is watched (`RESOURCES`, plus ElasticQuotas while their CRD is served)
   and in which scope (`Scope`: namespaces, a pod label selector, a scheduler name);
-- the log's framing (TRACE.md): whenever the source (re)lists, one RESYNC (with
+- the log's framing (docs/architecture.md §3): whenever the source (re)lists, one RESYNC (with
   the scope's schedulers, which the worker decides for), then
   ADDED for every listed object, then DELETED tombstones for objects that
   vanished while it was not watching; object events as the watches deliver them;
@@ -88,7 +88,7 @@ DEFAULT_SCHEDULER = "default-scheduler"
 # kube-scheduler's initial pod backoff, so a pending preemptor due again is decided
 # again within a second of it; it costs ~86k tiny records a day per cluster.
 DEFAULT_TICK_SECONDS = 1.0
-# A record holds at most this much event JSON (DESIGN §5: ~1 MiB), well under the
+# A record holds at most this much event JSON (docs/topics.md: ~1 MiB), well under the
 # topic's max.message.bytes; a single larger object still goes alone.
 MAX_RECORD_BYTES = 1024 * 1024
 # One event alone must fit in a record the producer accepts (PRODUCER_MAX_REQUEST_BYTES),
@@ -416,7 +416,7 @@ class Publisher:
 
 
 class _Clock:
-    """Event timestamps: wall-clock time, never going backwards (TRACE.md: ts is non-decreasing)."""
+    """Event timestamps: wall-clock time, never going backwards (docs/architecture.md §3: ts never goes backwards)."""
 
     def __init__(self, now: Callable[[], datetime] = kube.now) -> None:
         self._now = now

@@ -8,7 +8,7 @@ decisions published after it, the log after it folded to its end) and the
 process reports ready once all are; records at or below a partition's position
 are skipped, a gap before a record is read from the log first. The group's
 committed offsets are only where faust starts reading; the state's position is
-what counts (DESIGN §3).
+what counts (docs/architecture.md §2).
 
 Publishing does not go through faust's producer. With `--processing-guarantee
 exactly_once` (real Kafka only: the embedded broker has no transactions) each
@@ -61,7 +61,7 @@ log = logging.getLogger("preemptctl.worker")
 # Group membership. A member silent for the session timeout loses its partitions to
 # the others: low means a crashed worker's partitions move quickly, too low means a
 # busy or briefly paused one is thrown out. The embedded broker makes a join wait
-# about half of it (DESIGN §11), hence the low default; production may raise it.
+# about half of it (docs/architecture.md §6), hence the low default; production may raise it.
 SESSION_TIMEOUT_S = 6.0
 # Heartbeats at most this far apart, and at least three per session timeout.
 HEARTBEAT_S = 1.0

@@ -35,7 +35,7 @@ is under way does not flood the log.
 
 After a `preempt`, the controller applies the decision to its own view at once
 (victims leaving, preemptor nominated): capacity is never promised twice and a
-pod is a fresh victim of at most one live decision (DESIGN §3.3). What the
+pod is a fresh victim of at most one live decision (docs/architecture.md §2). What the
 actuator did comes back through the log as an OUTCOME event: victims it did not
 act on (blocked by a PDB, an error, a refused decision) stop being "leaving",
 every nomination on their nodes ends (its room depended on them), a refused

@@ -100,7 +100,7 @@ def decision(
     topic: str = records.DECISIONS,
     incarnation: str | None = None,
 ) -> Outgoing:
-    """A decision record, keyed by its cluster (DESIGN §5); its size is held by the controller.
+    """A decision record, keyed by its cluster (docs/topics.md); its size is held by the controller.
 
     `encoded`: the record's bytes when the caller has them (the controller encodes
     each decision once, to hold it to the size limit). `key_id`: the id of the key
@@ -126,7 +126,7 @@ def dead_letter(
     partition: int,
     topic: str = records.DEAD_LETTER,
 ) -> Outgoing:
-    """The rejected bytes with where they came from and why (DESIGN §5).
+    """The rejected bytes with where they came from and why (docs/topics.md).
 
     Bytes too large to publish with their headers (a whole record near the topic's
     limit) are replaced by a reference to their origin, with their size and digest,

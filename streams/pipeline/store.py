@@ -10,7 +10,7 @@ reflects, what tells that position's topic incarnation (the record's
 fingerprint; streams.pipeline.worker) and `layout`, the key layout. Each write
 is one RocksDB WriteBatch, so objects, controller state and position change
 atomically: after a crash the store is exactly the state after some record,
-and the worker resumes its input right after that record (DESIGN §3).
+and the worker resumes its input right after that record (docs/architecture.md §2).
 A snapshot (streams.pipeline.snapshot) is these same entries; `replace` loads
 one into a fresh directory, writing the state record last, and only then puts
 it in the store's place, so a crash or a bad snapshot while loading leaves the

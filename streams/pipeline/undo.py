@@ -12,7 +12,7 @@ which keep the derived indexes (node usage, nominations, PDBs) in step.
 What comes back is every key and value; the insertion order of a map comes back
 only where it matters: the tombstones (the oldest is evicted first). The
 controller's own maps are persisted sorted, and the engine orders what it
-iterates by stable keys (DESIGN §3.1), so their order carries no meaning.
+iterates by stable keys (docs/architecture.md §2), so their order carries no meaning.
 A note is one tuple; nothing is copied on the common path.
 """
 

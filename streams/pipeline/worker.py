@@ -245,7 +245,7 @@ class Published:
             )
             return False
         if published != d["hash"]:
-            # Determinism is the contract (DESIGN §3.1): say so loudly, keep the published one.
+            # Determinism is the contract (docs/architecture.md §2): say so loudly, keep the published one.
             DIVERGENT.inc()
             log.error(
                 "re-derived decision %s differs from the published record (hash %s, not %s)",

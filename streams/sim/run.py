@@ -40,7 +40,7 @@ from streams.pipeline.fold import DEFAULT_CLUSTER, Fleet
 from streams.sim import traces
 from streams.sim.simulator import Simulator
 
-# Events per cluster-events record at most, and bytes per record at most (DESIGN §5).
+# Events per cluster-events record at most, and bytes per record at most (docs/topics.md).
 MAX_BATCH_EVENTS = 500
 MAX_BATCH_BYTES = 900 * 1024
 # How long the simulator waits for a decision the log calls for before declaring the worker stuck.

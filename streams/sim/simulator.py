@@ -1,7 +1,7 @@
 """The simulated cluster: a discrete-event simulation of what a cluster does with decisions.
 
 A trace is what the cluster did on its own. The simulator merges it with the
-cluster's reactions, on the log's clock (DESIGN §10):
+cluster's reactions, on the log's clock (docs/architecture.md §5):
 - the actuator's effects: fresh victims get a deletionTimestamp and the
   DisruptionTarget condition at the decision's time (or the soft-eviction label),
   the preemptor its nominatedNodeName; victims are DELETED after their grace period;

@@ -50,7 +50,7 @@ def _added(at: float, obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def example() -> list[dict[str, Any]]:
-    """Seed 004, Examples 1-4, one after the other on their own nodes (see docs/traces.md)."""
+    """Seed 004, Examples 1-4, one after the other on their own nodes (README, "The pipeline")."""
     ev: list[dict[str, Any]] = []
     # Example 1: C (1000) evicts A and B on a 10-unit node; D (50) arrives while they
     # terminate and cannot use their room, because C is nominated there.

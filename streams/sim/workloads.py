@@ -102,7 +102,7 @@ def preemptors(count: int) -> list[dict[str, Any]]:
 
 
 def case(nodes: int, pods_per_node: int = 4) -> dict[str, Any]:
-    """One large decide case (FORMAT.md): the whole cluster and a single preemptor."""
+    """One large decide case (docs/case-format.md): the whole cluster and a single preemptor."""
     return {
         "name": f"scale-{nodes}-nodes",
         "now": EPOCH,

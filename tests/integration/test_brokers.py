@@ -41,7 +41,7 @@ async def consume_all(
     """Every record in partition 0 up to its end offset (the LSO under read_committed).
 
     Assigns the partition instead of joining a group: group joins on tansu wait half
-    the session timeout (DESIGN.md §11), and no group state is under test here.
+    the session timeout (docs/architecture.md §6), and no group state is under test here.
     tansu reports the end as the last batch's base offset + 1, but fetching below that
     returns the whole last batch, so reading while position < end still gets everything;
     the exact comparisons in the tests would catch it if not.
@@ -158,7 +158,7 @@ async def test_topic_configs_reach_kafka(kafka_broker: str) -> None:
 
 
 async def test_read_committed_hides_an_aborted_transaction(kafka_broker: str) -> None:
-    """The exactly-once building block that tansu lacks (DESIGN.md §11)."""
+    """The exactly-once building block that tansu lacks (docs/architecture.md §6)."""
     topic = fresh_topic("txn")
     await topics.ensure_topics(kafka_broker, [topics.TopicSpec(topic)])
     producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, transactional_id=f"{topic}.producer")

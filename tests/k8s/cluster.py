@@ -1,4 +1,4 @@
-"""A real kube-apiserver + etcd on loopback for the Kubernetes tests (DESIGN §11), like envtest.
+"""A real kube-apiserver + etcd on loopback for the Kubernetes tests (docs/architecture.md §6), like envtest.
 
 `TestCluster` starts Debian's etcd and the kube-apiserver built by
 deploy/kube/build-apiserver.sh (both installed by `make kube-tools`), in a temp

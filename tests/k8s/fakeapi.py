@@ -3,13 +3,13 @@
 kmock serves HTTP to the real kubernetes-asyncio client and routes each request
 through its DSL (`handler[resource] << callback`). This class is the callback:
 it keeps objects and their history and adds what kmock's emulator leaves out
-(DESIGN §11): uid and resourceVersion on every object; watches that start at a
+(docs/architecture.md §6): uid and resourceVersion on every object; watches that start at a
 resourceVersion (kubernetes-asyncio's `watch=True` included), server
 timeouts; label selectors; pagination; the
 eviction subresource; PUT; JSON patches (test, add, replace, remove); uid and
 resourceVersion preconditions; dryRun=All.
 
-Scenario helpers (`fail`, `evictions_answer`) make the faults of DESIGN §9 happen
+Scenario helpers (`fail`, `evictions_answer`) make the faults of docs/architecture.md §4 happen
 on demand. What a real API server does on demand (bookmarks, 410 after a
 compaction, PDB answers, uid races, dry run, Leases) is tested against one
 (tests/k8s/test_real_api.py), not here.

@@ -31,7 +31,7 @@ from tests.k8s.test_source import read_topic
 # The real entry point, as the console script runs it.
 MAIN = "import sys; from streams.cli.main import main; sys.exit(main(sys.argv[1:]))"
 # A child process imports, connects and joins a consumer group within this (tansu's
-# group join alone takes about half the session timeout, DESIGN §11).
+# group join alone takes about half the session timeout, docs/architecture.md §6).
 START_TIMEOUT_S = 30.0
 
 

@@ -56,7 +56,7 @@ TICK_SECONDS = "0.1"
 LAG_INTERVAL_SECONDS = "0.5"
 # Prometheus starts in about a second; this covers a loaded machine.
 PROMETHEUS_READY_TIMEOUT_S = 30.0
-# From the components' start to every panel having data: group joins on tansu (DESIGN §11),
+# From the components' start to every panel having data: group joins on tansu (docs/architecture.md §6),
 # the decision, and a PDB-blocked eviction's retries (~15 s, streams.kube.eviction).
 SCENARIO_TIMEOUT_S = 120.0
 # The worker stays stopped at most this long: below its 6 s session timeout, so the group
