@@ -96,8 +96,21 @@ def tolerates(
         return True
     # Inclusive boundary: a pod scheduled exactly toleration-seconds ago is still protected.
     # No case for 0 seconds: as upstream, a PodScheduled time still ahead of `now` (a skewed
-    # clock) protects the pod until then.
-    return now - scheduled_at <= policy.toleration_seconds * timeutil.SECOND
+    # clock) protects the pod until then. Compared in nanoseconds, as upstream's Duration.
+    return (now - scheduled_at) * NANOS_PER_TICK <= window_nanos(policy.toleration_seconds)
+
+
+# Event times are microseconds (engine.timeutil); Go durations are nanoseconds.
+NANOS_PER_TICK = 1_000_000_000 // timeutil.SECOND
+
+
+def window_nanos(seconds: int) -> int:
+    """The plugin's `time.Duration(seconds) * time.Second`: nanoseconds in an int64 that wraps,
+    as Go's multiplication does. Past 9,223,372,036 seconds (about 292 years) the window
+    wraps around, often to a negative one that protects nothing; with the largest int64 it
+    is -1 s. preemptctl reads the annotation as the plugin does, wrap included."""
+    product = (seconds * 1_000_000_000) & (2**64 - 1)
+    return product - 2**64 if product >= 2**63 else product
 
 
 def expires_at(policy: Policy | None, *, scheduled_at: int | None) -> int | None:
@@ -107,4 +120,4 @@ def expires_at(policy: Policy | None, *, scheduled_at: int | None) -> int | None
     """
     if policy is None or policy.toleration_seconds < 0 or scheduled_at is None:
         return None
-    return scheduled_at + policy.toleration_seconds * timeutil.SECOND
+    return scheduled_at + window_nanos(policy.toleration_seconds) // NANOS_PER_TICK

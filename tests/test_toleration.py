@@ -127,3 +127,27 @@ def test_scheduled_without_a_transition_time_counts_from_gos_zero_time() -> None
     assert toleration.tolerates(
         policy, victim_priority=1, preemptor_priority=199, scheduled_at=unscheduled.scheduled_at, now=NOW
     )
+
+
+def test_seconds_past_292_years_wrap_as_gos_duration_does() -> None:
+    """The plugin multiplies into a time.Duration (int64 nanoseconds), which wraps: 9,223,372,036 s
+    is +292 years, one more second is -292 years, and the largest int64 is -1 s (parity seeds
+    137 and 870 against the real scheduler-plugins found preemptctl protecting such pods)."""
+    assert toleration.window_nanos(9_223_372_036) == 9_223_372_036_000_000_000
+    assert toleration.window_nanos(9_223_372_037) < -(10**18)
+    assert toleration.window_nanos(2**63 - 1) == -1_000_000_000
+    at = timeutil.parse("2026-01-01T00:00:00Z")
+
+    def protected(seconds: int, now: int) -> bool:
+        policy = toleration.Policy(minimum_preemptable_priority=10_000, toleration_seconds=seconds)
+        return toleration.tolerates(
+            policy, victim_priority=1, preemptor_priority=100, scheduled_at=at, now=now
+        )
+
+    five_minutes_later = at + 300 * timeutil.SECOND
+    assert protected(9_223_372_036, five_minutes_later)
+    assert not protected(9_223_372_037, five_minutes_later)
+    assert not protected(2**63 - 1, five_minutes_later)
+    # -1 s: the pod is protected only while its scheduled time is over a second ahead of `now`.
+    assert protected(2**63 - 1, at - 2 * timeutil.SECOND)
+    assert toleration.expires_at(toleration.Policy(10_000, 2**63 - 1), scheduled_at=at) == at - timeutil.SECOND
