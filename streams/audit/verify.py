@@ -1,9 +1,11 @@
 """`preemptctl audit verify|head`: can the decision log be trusted as read?
 
-This module owns the verification of a decision log (docs/topics.md, docs/audit.md, docs/architecture.md §4): reading
-records with their position (a JSONL line, or a topic partition and offset),
-checking each cluster's hash chain, ids, sequence numbers and, with a key, HMAC
-signatures, naming the first bad record and why, and the chain head ("anchor")
+This module owns the verification of a decision log (docs/topics.md, docs/audit.md,
+docs/architecture.md §4): reading records with their position (a JSONL line, or a
+topic partition and offset), checking each cluster's hash chain, ids, sequence
+numbers and, with keys, signatures (Ed25519 public keys, or HMAC keys in the
+compatibility mode; bound to the install, `--install-id`, default the default topic
+prefix: schemas.chain), naming the first bad record and why, and the chain head ("anchor")
 that catches a truncated tail once it is published somewhere the log's writer
 cannot reach. `streams.audit.explain` reads decision logs through `scan` too.
 
@@ -63,7 +65,9 @@ Sink = Callable[[str, bytes | None, bytes], None]
 
 VERIFY_EXAMPLES = """examples:
   preemptctl audit verify decisions.jsonl
-  preemptctl audit verify decisions.jsonl --hmac-key-file key          every record must be signed
+  preemptctl audit verify decisions.jsonl --signing-key-file k1.pub    every record signed (Ed25519)
+  preemptctl audit verify decisions.jsonl --hmac-key-file key          (HMAC compatibility mode)
+  preemptctl audit verify decisions.jsonl --signing-keys-dir keys/ --install-id preemption.staging.
   preemptctl audit verify kafka://127.0.0.1:9092/preemption.decisions --cluster prod-eu
   preemptctl audit verify decisions.jsonl --anchor 5f3c...e1            the log must still reach this head
   preemptctl audit verify decisions.jsonl --anchor-file anchor.json     (from: audit head --output json)

@@ -183,7 +183,7 @@ class TamperedDecision(Refused):
 
 
 class UnsignedDecision(Refused):
-    """No signature while an HMAC key is configured."""
+    """No signature while signing keys are configured."""
 
 
 class ForgedDecision(Refused):
@@ -443,10 +443,15 @@ class Actuator:
             keys if keys is not None or hmac_key is None else signing.Keyring({signing.ANY_KEY_ID: hmac_key})
         )
         self._elector = elector
+        self.health: health.Health | None = None  # unready while no signing key is accepted
 
     @property
     def dry_run(self) -> bool:
         return self._actions.dry_run
+
+    def accepting(self) -> bool:
+        """False while signing keys are configured but none is accepted (an emptied keys Secret)."""
+        return self._keys is None or not self._keys.empty()
 
     # ---- recovery ------------------------------------------------------------------
 
@@ -936,6 +941,8 @@ class Actuator:
             if self._elector is not None and not self._elector.is_leader():
                 return  # the successor takes over from our last commit
             batch = await consumer.getmany(timeout_ms=POLL_TIMEOUT_MS)
+            if self.health is not None:
+                self.health.set_ready(self.accepting())
             self.note((m.value or b"", m.headers or ()) for messages in batch.values() for m in messages)
             for tp, messages in batch.items():
                 for message in messages:
@@ -1003,6 +1010,43 @@ async def _first(wanted: Any, stop: Any) -> bool:
             task.cancel()
         await asyncio.gather(wanted_task, stop_task, return_exceptions=True)
     return wanted_task in done and not wanted_task.cancelled()
+
+
+# The five topics' names after the prefix (streams.kafka.topics.Names).
+_TOPIC_SUFFIXES = ("cluster-events", "decisions", "evictions", "dead-letter", "snapshots")
+
+
+def nested_prefixes(prefix: str, topic_names: Iterable[str]) -> list[str]:
+    """Other installs' topic prefixes, found on the broker, that nest with ours (one begins with the
+    other): a prefix ACL of either grants rights over the other's topics."""
+    found = set()
+    for name in topic_names:
+        for suffix in _TOPIC_SUFFIXES:
+            if name.endswith(suffix):
+                other = name[: -len(suffix)]
+                if other != prefix and (other.startswith(prefix) or prefix.startswith(other)):
+                    found.add(other)
+    return sorted(found)
+
+
+async def _warn_nested_prefixes(kafka: connection.KafkaConfig, prefix: str) -> None:
+    admin = kafka.admin()
+    try:
+        await connection.start(kafka, admin)
+        names = await admin.list_topics()
+    except (KafkaError, OSError, connection.BrokerUnavailable) as exc:
+        log.warning("could not list topics to check for nested prefixes: %s", exc)
+        return
+    finally:
+        await admin.close()
+    for other in nested_prefixes(prefix, names):
+        log.warning(
+            "topic prefix %r nests with another install's %r: a prefixed ACL of one covers the "
+            "other's topics (read, Create, transactional ids); give installs prefixes neither of "
+            "which begins with the other",
+            prefix,
+            other,
+        )
 
 
 def _key_id(headers: Sequence[tuple[str, bytes]]) -> str | None:
@@ -1144,6 +1188,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     signing.add_verification_arguments(
         parser, what="refuse (dead-letter) decisions not signed by an accepted key"
     )
+    parser.add_argument(
+        "--accept-unsigned",
+        action="store_true",
+        help="without signing keys, act on unsigned decisions (anyone who can write the decisions "
+        "topic then chooses what is evicted); without keys and without this flag the actuator "
+        "does not start",
+    )
     component.add_lease_arguments(parser, what="act (when several actuators run)")
     parser.add_argument(
         "--ledger-file",
@@ -1189,9 +1240,24 @@ def _positive(value: str) -> int:
 def cmd_actuator(args: argparse.Namespace) -> int:
     component.configure_logging(args, component="actuator")
     kafka = component.kafka_of(args)
+    layout = component.layout_of(args)
     keys = signing.keyring_from_args(args)
     component.check_lease_arguments(args)
-    layout = component.layout_of(args)
+    if keys is None and not args.accept_unsigned:
+        raise UsageError(
+            "no signing keys: pass --signing-keys-dir (Ed25519 public keys) or, in the HMAC "
+            "compatibility mode, --hmac-keys-dir; or --accept-unsigned to act on unsigned decisions"
+        )
+    if keys is None:
+        log.warning(
+            "accepting UNSIGNED decisions (--accept-unsigned): whoever can write %s chooses what is evicted",
+            layout.names.decisions,
+        )
+    elif keys.mode == "hmac":
+        log.warning(
+            "HMAC compatibility mode: every holder of the key can sign decisions; Ed25519 keys "
+            "(--signing-keys-dir) let only the worker sign"
+        )
     asyncio.run(_serve(args, kafka, keys, layout))
     return 0
 
@@ -1243,6 +1309,8 @@ async def _serve(
                     max_victims=args.max_victims,
                     freshness=Freshness(max_age_s=args.max_decision_age or None),
                 )
+                actuator.health = state
+                await _warn_nested_prefixes(kafka, layout.names.prefix)
                 lagging = lag.start(kafka, args, topic=layout.names.cluster_events)
                 try:
                     await _run(actuator, state, kafka, group_id=group_id, elector=elector)
@@ -1267,7 +1335,7 @@ async def _run(
     """Recover, become ready, then consume until SIGTERM (holding the Lease meanwhile)."""
     recovered = await read_back(kafka, actuator)
     log.info("%d outcomes read back from %s", recovered, actuator.topics.evictions)
-    state.set_ready(True)
+    state.set_ready(actuator.accepting())
     stopping = asyncio.Event()
     component.stop_on_signals(stopping.set)
     electing = asyncio.create_task(elector.run()) if elector else None
