@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 import shutil
 import subprocess
 import sys
@@ -51,3 +52,57 @@ def test_import_contracts_are_kept() -> None:
     proc = subprocess.run([exe], capture_output=True, text=True, check=False, cwd=root)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "0 broken" in proc.stdout
+
+
+def _modules_of(package: str) -> list[str]:
+    pkg = importlib.import_module(package)
+    return sorted(
+        info.name.rsplit(".", 1)[1] for info in pkgutil.iter_modules(pkg.__path__, prefix=package + ".")
+    )
+
+
+STREAMS_PACKAGES = sorted(
+    info.name for info in pkgutil.walk_packages(streams.__path__, prefix="streams.") if info.ispkg
+)
+
+
+@pytest.mark.parametrize("package", STREAMS_PACKAGES)
+def test_every_module_is_named_in_its_packages_owns(package: str) -> None:
+    """A newcomer reads a package's docstring to find a module: every module must be in it."""
+    doc = importlib.import_module(package).__doc__ or ""
+    owns = doc.split("Owns:", 1)[1].split("May use", 1)[0] if "Owns:" in doc else ""
+    missing = [m for m in _modules_of(package) if m != "__main__" and f"`{m}`" not in owns]
+    assert not missing, f"{package}'s docstring does not name {missing} under Owns:"
+
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC_REF = re.compile(r"\b(docs/[a-z0-9_-]+\.md)(?: §(\d+))?")
+
+
+def test_every_docs_reference_in_the_code_resolves() -> None:
+    """Code cites docs/ (never a file outside the repository): each page named exists, and
+    each `§n` named is a numbered section of it."""
+    bad = []
+    for path in sorted(
+        [*ROOT.glob("engine/**/*.py"), *ROOT.glob("schemas/**/*.py"), *ROOT.glob("streams/**/*.py")]
+    ):
+        for match in DOC_REF.finditer(path.read_text()):
+            page, section = match.group(1), match.group(2)
+            target = ROOT / page
+            if not target.exists():
+                bad.append(f"{path.relative_to(ROOT)}: {page}")
+            elif section and not re.search(rf"^#+ {section}\. ", target.read_text(), re.MULTILINE):
+                bad.append(f"{path.relative_to(ROOT)}: {page} §{section}")
+    assert not bad, bad
+
+
+def test_the_code_cites_no_design_file_outside_the_repository() -> None:
+    pattern = re.compile(r"DESIGN(\.md)? §|conformance/FORMAT\.md|\bTRACE\.md|\.\./shared")
+    hits = [
+        str(p.relative_to(ROOT))
+        for p in sorted(
+            [*ROOT.glob("engine/**/*.py"), *ROOT.glob("schemas/**/*.py"), *ROOT.glob("streams/**/*.py")]
+        )
+        if pattern.search(p.read_text())
+    ]
+    assert not hits, hits

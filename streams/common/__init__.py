@@ -2,6 +2,8 @@
 
 Owns: `errors` (UsageError and friends: exit code 2 with one line), `options`
 (`--config`, `--hmac-key-file`), `health` (/livez, /readyz, /metrics),
-`progress` (a progress line on stderr). May use: engine, schemas, the standard
+`progress` (a progress line on stderr), `backoff` (exponential backoff with
+jitter), `logs` (`--log-format`, `--log-level`, and the secret masker),
+`signing` (the worker's signing key and the actuator's accepted keys). May use: engine, schemas, the standard
 library and prometheus-client; nothing else in `streams`.
 """

@@ -9,6 +9,8 @@ readiness), `outbox` (every outgoing record built and sent in one place,
 transactional or not), `snapshot` (snapshots in Kafka), `store` (rocksdict
 with its log position), `tables` (the state over HTTP), `faults` (injected
 faults for the chaos tests), `app` (the faust app and `preemptctl worker`),
-`transport` (faust's consumer with a short fetch wait). May use: engine,
+`transport` (faust's consumer with a short fetch wait), `metrics` (the
+worker's operator metrics), `pauses` (whether the whole process stopped for a
+while). May use: engine,
 schemas, `streams.kafka`, `streams.common`; never the Kubernetes edge.
 """
