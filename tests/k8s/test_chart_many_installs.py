@@ -565,3 +565,57 @@ def test_the_documented_many_installs_share_nothing_they_must_not() -> None:
         for docs in (a, b)
     ]
     assert len(signing[0]) == len(signing[1]) == 1 and not signing[0] & signing[1]  # another key
+
+
+@pytest.mark.parametrize(
+    ("repository", "registry", "image"),
+    [
+        ("ghcr.io/preemptctl/preemptctl", "", "ghcr.io/preemptctl/preemptctl"),
+        ("ghcr.io/preemptctl/preemptctl", "mirror.corp:5000", "mirror.corp:5000/preemptctl/preemptctl"),
+        ("ghcr.io/preemptctl/preemptctl", "mirror.corp/ghcr/", "mirror.corp/ghcr/preemptctl/preemptctl"),
+        ("localhost/preemptctl", "mirror.corp", "mirror.corp/preemptctl"),
+        ("preemptctl/preemptctl", "mirror.corp", "mirror.corp/preemptctl/preemptctl"),  # Docker Hub's
+    ],
+)
+def test_global_image_registry_is_a_mirror_of_the_images_registry(
+    repository: str, registry: str, image: str
+) -> None:
+    chart_values = values(image__repository=repository, **{"global": {"imageRegistry": registry}})
+    jsonschema.Draft7Validator(json.loads((CHART / "values.schema.json").read_text())).validate(chart_values)
+    docs = manifests(chart_values)
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    for name, workload in workloads(docs).items():
+        assert container(workload)["image"] == f"{image}:{version}", name
+    pinned = manifests({**chart_values, "image": {**chart_values["image"], "digest": "sha256:" + "cd" * 32}})
+    (test_container,) = by_kind(pinned, "Pod")["pc-test"]["spec"]["containers"]
+    assert test_container["image"] == f"{image}@sha256:" + "cd" * 32
+
+
+def test_an_inline_kafka_password_is_not_in_the_pod_annotation_as_its_plain_hash() -> None:
+    """The kafka checksum rolls the pods when the client properties change, and is no plain
+    SHA-256 of them (or of the password alone), from which a weak password could be guessed."""
+    import hashlib
+
+    def checksums(release: str, password: str) -> set[str]:
+        properties = {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "pc",
+            "sasl.password": password,
+        }
+        docs = render(release, values(kafka__properties=properties))
+        found = {w["spec"]["template"]["metadata"]["annotations"]["preemptctl.io/kafka-checksum"]
+                 for w in workloads(docs).values()}  # fmt: skip
+        (secret,) = [
+            s for s in by_kind(docs, "Secret").values() if s["metadata"]["name"].endswith("-kafka-client")
+        ]
+        text = secret["stringData"]["client.properties"]
+        plain = {hashlib.sha256(t.encode()).hexdigest() for t in (password, text, text.strip())}
+        assert not found & plain
+        return found
+
+    first = checksums("pc", "hunter2")
+    assert len(first) == 1  # one checksum for every component
+    assert checksums("pc", "hunter2") == first  # deterministic: no roll without a change
+    assert checksums("pc", "hunter3") != first  # a new password rolls the pods
+    assert checksums("other", "hunter2") != first  # salted per release

@@ -87,12 +87,28 @@ helm.sh/chart: {{ printf "%s-%s" $ctx.Chart.Name $ctx.Chart.Version | replace "+
 {{- end }}
 {{- end -}}
 
-{{/* The image: a digest pins it; else the tag, which defaults to the chart's appVersion. */}}
+{{/* The image: a digest pins it; else the tag, which defaults to the chart's appVersion.
+global.imageRegistry (an umbrella chart's mirror) replaces the repository's registry: its first
+path component when that names a host (a dot, a port or localhost), else it is put in front. */}}
+{{- define "preemptctl.repository" -}}
+{{- $repository := .Values.image.repository -}}
+{{- $registry := (.Values.global | default dict).imageRegistry | default "" | trimSuffix "/" -}}
+{{- if $registry -}}
+{{- $parts := splitList "/" $repository -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $repository = join "/" (rest $parts) -}}
+{{- end -}}
+{{- $repository = printf "%s/%s" $registry $repository -}}
+{{- end -}}
+{{- $repository -}}
+{{- end -}}
+
 {{- define "preemptctl.image" -}}
 {{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" (include "preemptctl.repository" .) .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" (include "preemptctl.repository" .) (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 {{- end -}}
 

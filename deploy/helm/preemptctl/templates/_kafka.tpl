@@ -166,9 +166,14 @@ Files in every component's container:
 {{- end }}
 {{- end -}}
 
-{{/* A pod annotation that changes with the client properties: a change rolls the pods. */}}
+{{/* A pod annotation that changes with the client properties: a change rolls the pods. Not their
+plain SHA-256, which an inline password (kafka.properties) could be guessed back from at billions
+of tries a second: the properties go through scrypt (sprig's derivePassword: N=32768, r=8),
+salted with the release's namespace and fullname, then SHA-256. Keep passwords out of values
+anyway: ${directory:...} names a Secret's file (docs/deploy.md section 2). */}}
 {{- define "preemptctl.kafka.checksum" -}}
-{{- include "preemptctl.kafka.properties" . | sha256sum -}}
+{{- $salt := printf "%s/%s" .Release.Namespace (include "preemptctl.fullname" .) -}}
+{{- derivePassword 1 "maximum" (include "preemptctl.kafka.properties" .) $salt "preemptctl.io/kafka-checksum" | sha256sum -}}
 {{- end -}}
 
 {{/* The topics and their configs (streams/kafka/topics.py's topic_specs; a test keeps them equal). */}}
