@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import case as case_mod
-from engine import daemonset, job, placement, resources
+from engine import daemonset, placement, resources, victims
 from engine.decision import FITS, PREEMPT, Decision
 from engine.objects import Pod
 from tests import flowgen, gen
@@ -38,7 +38,7 @@ def test_victims_are_never_daemonset_pods_and_only_on_the_required_node(raw: dic
     for v in d.victims:
         pod = c.cluster.pods[v.uid]
         assert not pod.daemonset
-        assert not job.leaving(pod)
+        assert not victims.leaving(pod)
         assert v.node == required == d.node
         assert v.priority <= c.cluster.priority(ds)
         assert v.action == c.config.victim_action
