@@ -1091,9 +1091,12 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
                     producer = AIOKafkaProducer(bootstrap_servers=tansu, acks="all")
                     await producer.start()
                     try:
+                        # Decided now: `preemptctl actuator` refuses a decision older than its
+                        # --max-decision-age (issue 29, 3).
+                        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                         record = decision(
                             high, [victim(evicted, "evict"), victim(deleted, "delete")], f"{ns}/1/high",
-                            cluster=ns,
+                            cluster=ns, ts=now,
                         )  # fmt: skip
                         await producer.send_and_wait(DECISIONS, record, key=ns.encode())
                         forged = actuator_tests.decision(
@@ -1101,6 +1104,7 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
                             [victim(deleted, "delete")],
                             decision_id=f"{ns}/2/high",
                             cluster=ns,
+                            ts=now,
                             key=b"wrong",
                         )
                         await producer.send_and_wait(DECISIONS, orjson.dumps(forged), key=ns.encode())
@@ -1120,7 +1124,8 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
                         def ledger(name: str) -> list[dict[str, Any]]:
                             path = tmp_path / f"{name}.jsonl"
                             lines = path.read_bytes().splitlines() if path.exists() else []
-                            return [orjson.loads(line) for line in lines if line.endswith(b"}")]
+                            entries = [orjson.loads(line) for line in lines if line.endswith(b"}")]
+                            return [e for e in entries if "decisionId" in e]  # not the chain head lines
 
                         def outcomes() -> int:  # of decision 1, by either process
                             return len({
