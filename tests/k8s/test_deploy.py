@@ -664,9 +664,7 @@ def test_make_image_uses_the_builder_present_or_says_none_is(tmp_path: Path) -> 
         found = shutil.which(tool)
         assert found
         (bin_dir / tool).symlink_to(found)
-    make = shutil.which("make")
-    if make is None:
-        pytest.skip("make is not installed")
+    make = tools.need("make", "make (Debian)")
     env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
     run = functools.partial(
         subprocess.run, [make, "-s", "image"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
