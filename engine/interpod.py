@@ -167,8 +167,9 @@ class Filters:
     def _spread_state(self, c: Spread) -> _SpreadState:
         counts: dict[str, int] = {}
         eligible: dict[str, bool] = {}
-        for name in sorted(self.cluster.nodes):
-            node = self.cluster.nodes[name].node
+        # In the index's order, not sorted: only lookups and `lowest` (sorted) read the counts.
+        for name, state in self.cluster.nodes.items():
+            node = state.node
             ok = self._eligible(c, node)
             eligible[name] = ok
             if ok:
