@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from schemas import chain
 from streams.common.errors import UsageError
 from streams.common.options import load_config, load_key
 from streams.common.progress import Progress
@@ -24,6 +25,8 @@ EXAMPLES = """examples:
   preemptctl replay exported-events.jsonl --compare decisions.jsonl     audit a recorded run
   preemptctl replay kafka://127.0.0.1:9092/preemption.cluster-events \\
       --compare kafka://127.0.0.1:9092/preemption.decisions
+  preemptctl replay kafka://127.0.0.1:9092/team-a.cluster-events --hmac-key-file worker.pem \\
+      --install-id team-a. --compare kafka://127.0.0.1:9092/team-a.decisions   signatures too
 """
 
 
@@ -102,15 +105,20 @@ def cmd(args: argparse.Namespace) -> int:
     # First: a file that is not a decision log ends the command (exit 2) before any work.
     recorded = logio.read_decisions(args.compare, kafka=kafka) if args.compare else None
     events = logio.read_events(args.log, on_bad=bad.append, kafka=kafka)
+    install = install_of(args, key)
     if args.simulate:
         if len({e.get("cluster") or "default" for e in events}) > 1:
             raise UsageError("--simulate plays one cluster: split a multi-cluster trace by cluster")
-        result = simulator.simulate(events, config, key=key)
+        result = simulator.simulate(events, config)
+        if key is not None:
+            # The signature is outside the hash: signing afterwards gives the worker's bytes.
+            for made in result.decisions:
+                made["sig"] = chain.sign(key, made["hash"], install)
         if args.log_out:
             logio.write_jsonl(Path(args.log_out), result.log)
     else:
         progress = Progress(len(events), "replay")
-        result = fold.fold(events, config, key=key, progress=progress)
+        result = fold.fold(events, config, key=key, progress=progress, install=install)
         progress.close()
     elapsed = time.perf_counter() - started
     decisions: list[dict[str, Any]] = [dict(d) for d in result.decisions]
@@ -138,6 +146,24 @@ def cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def install_of(args: argparse.Namespace, key: bytes | None) -> str | None:
+    """The install re-derived records are signed for: the worker's (its --install-id, default its
+    topic prefix); None with --unbound-hmac (records of workers before installs were bound)."""
+    if key is not None and chain.is_pem(key):
+        try:
+            chain.private_key(key)
+        except chain.InvalidKey as exc:
+            raise UsageError(f"--hmac-key-file {args.hmac_key_file}: {exc}") from exc
+    if args.unbound_hmac:
+        if key is None or chain.is_pem(key):
+            raise UsageError("--unbound-hmac signs with an HMAC key (--hmac-key-file) only")
+        if args.install_id is not None:
+            raise UsageError("--unbound-hmac signs for no install: drop --install-id")
+        return None
+    install: str = args.install_id or chain.DEFAULT_INSTALL
+    return install
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "replay",
@@ -160,6 +186,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "records by id; exit 1 if any, 2 if RECORDED is not a decision log",
     )
     p.add_argument("--config", help="engine config YAML")
-    p.add_argument("--hmac-key-file", help="sign re-derived records with this key (to compare signed logs)")
+    p.add_argument(
+        "--hmac-key-file",
+        help="sign re-derived records with this key, as the worker did (to compare signed logs): "
+        "its Ed25519 private key (PEM), or its HMAC key",
+    )
+    p.add_argument(
+        "--install-id",
+        metavar="ID",
+        help="with --hmac-key-file: the install the worker signed for (its --install-id, else its "
+        f"--topic-prefix; default {chain.DEFAULT_INSTALL})",
+    )
+    p.add_argument(
+        "--unbound-hmac",
+        action="store_true",
+        help="with an HMAC --hmac-key-file: sign as workers did before signatures were bound to an "
+        "install (a bare HMAC of the hash), to compare such a log",
+    )
     connection.add_arguments(p, required=False)
     p.set_defaults(func=cmd)

@@ -134,6 +134,7 @@ def build_app(
     guarantee: str,
     key_id: str | None = None,
     layout: kafka_topics.Layout = kafka_topics.DEFAULT_LAYOUT,
+    install: str | None = None,
     app_id: str = "preemptctl-worker",
     health_host: str = health_mod.DEFAULT_HOST,
     health_port: int | None = None,
@@ -193,6 +194,8 @@ def build_app(
         key=key,
         key_id=key_id,
         names=names,
+        # What the signatures bind: the install's actuators verify for it (default: the prefix).
+        install=install or names.prefix,
         unreachable=unreachable,
         store_dir=store_dir,
         reader=lambda: PartitionReader(kafka, read_committed=exactly_once),
@@ -473,6 +476,7 @@ def cmd(args: argparse.Namespace) -> int:
         config=config,
         key=signing_key.secret if signing_key else None,
         key_id=signing_key.key_id if signing_key else None,
+        install=args.install_id or layout.names.prefix,
         guarantee=args.processing_guarantee,
         app_id=args.group,
         health_host=args.health_host,
@@ -515,11 +519,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="local rocksdict state, and faust's own directory (default ./preemptctl-state)",
     )
     p.add_argument("--config", help="engine config YAML (README: config keys; docs/semantics.md)")
-    p.add_argument("--hmac-key-file", metavar="F", help="sign decision records with this key")
+    p.add_argument(
+        "--hmac-key-file",
+        metavar="F",
+        help="sign decision records with this key: an Ed25519 private key (PEM PKCS#8; actuators "
+        "hold its public key) or, in the HMAC compatibility mode, a shared key",
+    )
     p.add_argument(
         "--hmac-key-id",
         metavar="ID",
         help="the key's id, sent with each decision (default: the key file's name); docs/topics.md",
+    )
+    p.add_argument(
+        "--install-id",
+        metavar="ID",
+        help="the install each signature binds, as this install's actuators check it (their "
+        "--install-id; default: the topic prefix)",
     )
     p.add_argument(
         "--processing-guarantee",

@@ -245,6 +245,9 @@ class Controller:
     # The decision function: engine.flows.decide; a test may put a failing one here.
     decide: Decide = flows.decide
     max_record_bytes: int = DECISION_MAX_BYTES
+    # The install `key`'s signatures bind (schemas.chain: the topic prefix or --install-id), so
+    # only that install's actuators accept them; None: the legacy unbound HMAC (replay of old logs).
+    install: str | None = chain.DEFAULT_INSTALL
     cluster: Cluster = field(default_factory=Cluster)
     seq: int = 0  # events handled; the next event's sequence number
     prev_hash: str = chain.GENESIS
@@ -657,7 +660,7 @@ class Controller:
         rec["explanation"] = d.explanation
         rec["configHash"] = self._config_hash
         rec["engineVersion"] = ENGINE_VERSION
-        chain.seal(rec, self.prev_hash, self.key)
+        chain.seal(rec, self.prev_hash, self.key, self.install)
         encoded = orjson.dumps(rec)
         size = len(encoded)
         if size > self.max_record_bytes:
@@ -670,7 +673,7 @@ class Controller:
                 "reason": f"the explanation ({explained} bytes) would make the record exceed "
                 f"{self.max_record_bytes} bytes",
             }
-            chain.seal(rec, self.prev_hash, self.key)
+            chain.seal(rec, self.prev_hash, self.key, self.install)
             encoded = orjson.dumps(rec)
             size = len(encoded)
             if size > self.max_record_bytes:
@@ -753,8 +756,9 @@ class Controller:
         state: Mapping[str, Any],
         objects_raw: Iterable[Mapping[str, Any]],
         decide: Decide = flows.decide,
+        install: str | None = chain.DEFAULT_INSTALL,
     ) -> Controller:
-        ctl = cls(str(state["cluster"]), config, key, decide)
+        ctl = cls(str(state["cluster"]), config, key, decide, install=install)
         ctl.cluster = cluster_mod.build([objects.normalize(o) for o in objects_raw])
         ctl.index = Index(ctl.cluster, lasting=True)
         ctl.seq = int(state["seq"])

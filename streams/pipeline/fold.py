@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config import Config
-from schemas import records
+from schemas import chain, records
 from schemas.records import DecisionRecord
 from streams.pipeline.controller import BadEvent, Controller
 
@@ -40,9 +40,14 @@ class Result:
 class Fleet:
     """One controller per cluster named in the log."""
 
-    def __init__(self, config: Config, key: bytes | None = None) -> None:
+    def __init__(
+        self, config: Config, key: bytes | None = None, *, install: str | None = chain.DEFAULT_INSTALL
+    ) -> None:
         self.config = config
         self.key = key
+        # The install the key's signatures bind (the worker's --install-id, default its topic
+        # prefix): the same as the worker's, for the same bytes. None: legacy unbound HMAC.
+        self.install = install
         self.controllers: dict[str, Controller] = {}
 
     def handle(self, event: Mapping[str, Any]) -> list[DecisionRecord]:
@@ -60,7 +65,7 @@ class Fleet:
             raise BadEvent(problem)
         ctl = self.controllers.get(name)
         if ctl is None:
-            ctl = self.controllers[name] = Controller(name, self.config, self.key)
+            ctl = self.controllers[name] = Controller(name, self.config, self.key, install=self.install)
         return ctl.handle(event)
 
 
@@ -70,8 +75,9 @@ def fold(
     *,
     key: bytes | None = None,
     progress: Callable[[int], None] | None = None,
+    install: str | None = chain.DEFAULT_INSTALL,
 ) -> Result:
-    fleet = Fleet(config, key)
+    fleet = Fleet(config, key, install=install)
     result = Result()
     for n, event in enumerate(events):
         try:

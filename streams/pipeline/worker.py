@@ -62,7 +62,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from engine import flows
 from engine.config import Config
-from schemas import records
+from schemas import chain, records
 from schemas.records import DecisionRecord
 from streams.common import logs
 from streams.kafka import deadletter, topics
@@ -184,6 +184,9 @@ class Setup:
     key_id: str | None = None
     # The topics' names (--topic-prefix).
     names: topics.Names = topics.DEFAULT_NAMES
+    # The install `key` signs for (--install-id, default the topic prefix: schemas.chain), as the
+    # actuators of this install verify (streams.common.signing.Keyring).
+    install: str = chain.DEFAULT_INSTALL
     # Why Kafka does not answer, or None when it does (None here: always). A partition that
     # cannot open while Kafka is away waits for it instead of using up its reopen attempts.
     unreachable: Callable[[], Awaitable[str | None]] | None = None
@@ -412,6 +415,7 @@ class PartitionWorker:
                 state=cstate,
                 objects_raw=list(self.store.objects(name)),
                 decide=self.setup.decide,
+                install=self.setup.install,
             )
         self.position = self.committed = self.stored = int(state["position"])
         self._fingerprint = str(state.get("fingerprint", ""))
@@ -471,7 +475,7 @@ class PartitionWorker:
         ctl = self.controllers.get(name)
         if ctl is None:
             ctl = self.controllers[name] = Controller(
-                name, self.setup.config, self.setup.key, self.setup.decide
+                name, self.setup.config, self.setup.key, self.setup.decide, install=self.setup.install
             )
         return ctl
 
