@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from schemas import records
+from schemas import chain, records
 from streams.brokers import process as process_mod
 from streams.kafka import reading
 from tests.k8s import cluster as cluster_mod
@@ -52,6 +52,8 @@ STOP_TIMEOUT_S = 15.0
 # The log's clock: a pending preemptor due again is decided at the next event, so ticks
 # this short keep a re-decision within a fraction of a second of kube-scheduler's backoff.
 TICK_SECONDS = "0.5"
+# The worker's signing key's id (its file's name in both the worker's and the actuator's dirs).
+SIGNING_KEY_ID = "e2e"
 
 T = TypeVar("T")
 
@@ -199,6 +201,15 @@ class Stack:
     generation: int = 0  # processes started so far: each start gets a fresh log name
     generations: dict[str, int] = field(default_factory=dict)  # component -> its current log's number
 
+    def __post_init__(self) -> None:
+        # Signed as deployed (Ed25519): the worker holds the private key, the actuator only the
+        # public one, in a keys dir as the chart mounts its Secret (the file's name is the key id).
+        private = chain.new_private_pem()
+        (self.root / "worker-key").mkdir(exist_ok=True)
+        (self.root / "worker-key" / SIGNING_KEY_ID).write_bytes(private)
+        (self.root / "signing-keys").mkdir(exist_ok=True)
+        (self.root / "signing-keys" / SIGNING_KEY_ID).write_bytes(chain.public_pem(private))
+
     def __enter__(self) -> Stack:
         try:
             self.start("source")
@@ -227,14 +238,15 @@ class Stack:
             config.write_bytes(orjson.dumps(self.config))
             return [
                 "worker", "--broker", broker, "--store-dir", str(self.root / "store"),
-                "--group-id", f"e2e-worker-{self.cluster}", "--config", str(config), *health,
+                "--group-id", f"e2e-worker-{self.cluster}", "--config", str(config),
+                "--hmac-key-file", str(self.root / "worker-key" / SIGNING_KEY_ID), *health,
             ]  # fmt: skip
         return [
             "actuator", "--broker", broker, "--kubeconfig", str(self.plane.cluster.kubeconfig("actuator")),
             "--cluster", self.cluster, "--scheduler-name", PREEMPTCTL_SCHEDULER,
             "--group-id", f"e2e-actuator-{self.cluster}", "--identity", f"e2e-{self.cluster}",
             "--ledger-file", str(self.root / "actuator-ledger.jsonl"),  # as the chart runs it
-            *health,
+            "--signing-keys-dir", str(self.root / "signing-keys"), *health,
         ]  # fmt: skip
 
     def start(self, component: str) -> None:

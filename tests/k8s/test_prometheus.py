@@ -36,7 +36,7 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 from kubernetes_asyncio import client
 
-from schemas import records
+from schemas import chain, records
 from streams.brokers import embedded
 from streams.brokers import process as process_mod
 from streams.kafka import reading, topics
@@ -232,6 +232,11 @@ async def components(
 ) -> AsyncIterator[dict[str, asyncio.subprocess.Process]]:
     broker = f"kafka://{bootstrap}"
     health = ("--health-host", "127.0.0.1")
+    # Signed as deployed (Ed25519): the worker holds the private key, the actuator the public one.
+    private = chain.new_private_pem()
+    for where, key in (("worker-key", private), ("signing-keys", chain.public_pem(private))):
+        (tmp_path / where).mkdir()
+        (tmp_path / where / "k1").write_bytes(key)
     async with (
         spawn(
             tmp_path / "source.log", "source", "--broker", broker, "--kubeconfig", str(kube),
@@ -241,12 +246,13 @@ async def components(
         spawn(
             tmp_path / "worker.log", "worker", "--broker", broker, "--store-dir", str(tmp_path / "store"),
             "--config", str(tmp_path / "engine.yaml"), "--health-port", str(ports["worker"]), *health, *LOGS,
+            "--hmac-key-file", str(tmp_path / "worker-key" / "k1"),
         ) as worker,
         spawn(
             tmp_path / "actuator.log", "actuator", "--broker", broker, "--kubeconfig", str(kube),
             "--lease-name", "preemptctl-actuator", "--lease-namespace", "ops", "--identity", "actuator-0",
             "--lag-interval-seconds", LAG_INTERVAL_SECONDS, "--health-port", str(ports["actuator"]), *health,
-            *LOGS,
+            *LOGS, "--signing-keys-dir", str(tmp_path / "signing-keys"),
         ) as actuator,
     ):  # fmt: skip
         yield {"source": source, "worker": worker, "actuator": actuator}

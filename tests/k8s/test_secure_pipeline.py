@@ -9,6 +9,9 @@ team must be able to rely on:
 - a pod whose env values, command line, args, volumes, probes, annotations and
   last-applied-configuration all hold a secret-looking value: the value is in no
   record of any topic (value, key or header);
+- decisions are signed with Ed25519 (the default mode): the worker holds the
+  private key, the actuator only the public one (a keys dir, as the chart mounts
+  its Secret), so the actuator could not sign a decision itself;
 - a principal without Write on decisions cannot write one; a writer of decisions
   without an accepted signing key (unsigned, or signed with a retired key) gets
   its record refused and dead-lettered, and the pod it names is not touched;
@@ -43,8 +46,9 @@ from tests.k8s.test_commands import command
 SECRET = "zq9-s3cr3t-token"
 PIPELINE_TIMEOUT_S = 120.0
 POLL_S = 0.5
-SIGNING_KEY = b"the-worker-signs-with-this-key-0123456789"
-RETIRED_KEY = b"a-key-that-was-retired-9876543210"
+# Ed25519 (schemas.chain): the worker's private key; the actuator gets its public key only.
+SIGNING_KEY = chain.new_private_pem()
+RETIRED_KEY = chain.new_private_pem()
 
 
 def _pod(
@@ -118,9 +122,12 @@ async def components(
     groups: dict[str, str],
     ports: dict[str, int],
 ) -> AsyncIterator[None]:
-    keys = tmp / "signing"
+    private = tmp / "worker-signing"  # the worker's Secret: its private key
+    private.mkdir()
+    (private / "k1").write_bytes(SIGNING_KEY)
+    keys = tmp / "signing"  # the actuator's: public keys only, by key id
     keys.mkdir()
-    (keys / "k1").write_bytes(SIGNING_KEY)
+    (keys / "k1").write_bytes(chain.public_pem(SIGNING_KEY))
     props = {}
     for who in ("source", "worker", "actuator"):
         # The password itself is not in the file: it is read from a "mounted Secret" (a directory).
@@ -143,7 +150,7 @@ async def components(
         command(
             "worker", *common, "--kafka-config", str(props["worker"]), "--store-dir", str(tmp / "store"),
             "--group", groups["worker"], "--processing-guarantee", "exactly_once",
-            "--hmac-key-file", str(keys / "k1"), "--hmac-key-id", "k1",
+            "--hmac-key-file", str(private / "k1"), "--hmac-key-id", "k1",
             "--health-port", "0", "--health-host", "127.0.0.1", "--log-level", "debug",
             log=tmp / "worker.log",
         ),
@@ -151,7 +158,7 @@ async def components(
             "actuator", *common, "--kafka-config", str(props["actuator"]),
             "--kubeconfig", str(kube.kubeconfig("actuator")), "--cluster", cluster_name,
             "--group-id", groups["actuator"], "--lag-group", groups["worker"], "--lag-interval-seconds", "1",
-            "--hmac-keys-dir", str(keys),
+            "--signing-keys-dir", str(keys),
             "--health-port", "0", "--health-host", "127.0.0.1", "--log-level", "DEBUG",
             log=tmp / "actuator.log",
         ),
@@ -223,6 +230,7 @@ async def test_the_pipeline_over_sasl_ssl_with_acls_projections_and_signatures(
         decisions = [m for m in await _records(admin, topics.DECISIONS) if m.key == cluster_name.encode()]
         assert decisions and all((signing.KEY_ID_HEADER, b"k1") in m.headers for m in decisions)
         template = orjson.loads(decisions[-1].value)
+        assert template["sig"].startswith(chain.ED25519)
 
         # A principal without Write on decisions cannot write one.
         rogue = secure_kafka.config("rogue")
@@ -281,7 +289,10 @@ async def test_the_pipeline_over_sasl_ssl_with_acls_projections_and_signatures(
         assert written and "env" not in written[-1]["spec"]["containers"][0]
 
     # No component logged a secret (at DEBUG).
-    secrets = [*secure_kafka.passwords.values(), secure_kafka.pki.password, SIGNING_KEY.decode()]
+    # The private key's body (its PEM lines between the armour).
+    private_body = [line for line in SIGNING_KEY.decode().splitlines() if not line.startswith("-----")]
+    assert private_body
+    secrets = [*secure_kafka.passwords.values(), secure_kafka.pki.password, *private_body]
     for log in sorted(tmp_path.glob("*.log")):
         text = log.read_text(errors="replace")
         assert text, log
