@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.k8s.test_deploy import by_kind, cli, container, manifests, values
+from tests.k8s.test_deploy import by_kind, cli, container, manifests, public_pem, values
 
 
 def _worker(chart_values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -44,7 +44,15 @@ def test_worker_values_reach_the_statefulset() -> None:
             worker__processingGuarantee="at_least_once",
             worker__sessionTimeoutSeconds=30,
             worker__persistence={"size": "50Gi", "storageClassName": "fast-ssd"},
-            signing={"enabled": True, "existingSecret": "k", "keyIds": ["k1", "k2"], "activeKeyId": "k2"},
+            signing={
+                "enabled": True,
+                "mode": "ed25519",
+                "existingSecret": "k",
+                "keyIds": ["k1", "k2"],
+                "activeKeyId": "k2",
+                "publicKeys": {"k1": public_pem(1), "k2": public_pem(2)},
+                "installId": "",
+            },
         )
     )
     (claim,) = worker["spec"]["volumeClaimTemplates"]

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from schemas import chain
 from streams.common.errors import UsageError
 from streams.kafka import acls, connection, topics
 from tests.k8s import cluster
@@ -56,22 +57,39 @@ def _mounted(docs: list[dict[str, Any]], component: str) -> dict[str, str]:
 
 
 def test_signing_is_on_by_default_each_component_holds_only_what_it_needs() -> None:
+    """Ed25519 by default: the worker mounts its private key only, the actuator the public keys only
+    (derived by the chart from the key it generated), the source neither."""
     docs = manifests(values())
     (secret,) = [d for d in by_kind(docs, "Secret").values() if d["metadata"]["name"] == "pc-signing"]
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    assert list(secret["data"]) == ["k1"] and len(base64.b64decode(secret["data"]["k1"])) == 64
+    assert list(secret["data"]) == ["k1"]
+    private = base64.b64decode(secret["data"]["k1"])
+    chain.private_key(private)  # PKCS#8 PEM, what the worker loads
+    public = by_kind(docs, "ConfigMap")["pc-signing-public"]["data"]
+    assert public == {"k1": chain.public_pem(private).decode()}
     worker = cli().parse_args(container(workloads(docs)["worker"])["args"])
     assert (worker.hmac_key_file, worker.hmac_key_id) == ("/etc/preemptctl/signing/k1", "k1")
     actuator = cli().parse_args(container(workloads(docs)["actuator"])["args"])
-    assert actuator.hmac_keys_dir == "/etc/preemptctl/signing"
+    assert (actuator.signing_keys_dir, actuator.hmac_keys_dir) == ("/etc/preemptctl/signing", None)
     volumes = {c: {v["name"]: v for v in workloads(docs)[c]["spec"]["template"]["spec"].get("volumes") or ()}
                for c in COMPONENTS}  # fmt: skip
     assert volumes["worker"]["signing"]["secret"] == {
         "secretName": "pc-signing",
         "items": [{"key": "k1", "path": "k1"}],
     }
-    assert volumes["actuator"]["signing"]["secret"] == {"secretName": "pc-signing"}
+    assert volumes["actuator"]["signing"] == {"name": "signing", "configMap": {"name": "pc-signing-public"}}
+    assert "pc-signing" not in _mounted(docs, "actuator").values()  # never the private key
     assert "signing" not in volumes["source"]
+
+
+def test_hmac_compatibility_mode_is_the_old_chart() -> None:
+    docs = manifests(values(signing__mode="hmac"))
+    (secret,) = [d for d in by_kind(docs, "Secret").values() if d["metadata"]["name"] == "pc-signing"]
+    assert list(secret["data"]) == ["k1"] and len(base64.b64decode(secret["data"]["k1"])) == 64
+    assert "pc-signing-public" not in by_kind(docs, "ConfigMap")
+    actuator = cli().parse_args(container(workloads(docs)["actuator"])["args"])
+    assert (actuator.hmac_keys_dir, actuator.signing_keys_dir) == ("/etc/preemptctl/signing", None)
+    assert _mounted(docs, "actuator") == {"/etc/preemptctl/signing": "pc-signing"}
 
 
 def test_the_active_key_must_be_an_accepted_one() -> None:
@@ -262,18 +280,29 @@ def test_the_generated_key_is_made_once_kept_and_rotated(
         args: list[str] = sts["spec"]["template"]["spec"]["containers"][0]["args"]
         return args
 
+    def public() -> dict[str, str]:
+        found: dict[str, str] = kube_cluster.request(
+            "GET", f"/api/v1/namespaces/{namespace}/configmaps/{release}-signing-public"
+        )["data"]
+        return found
+
+    def derived(private: dict[str, str]) -> dict[str, str]:
+        return {k: chain.public_pem(base64.b64decode(v)).decode() for k, v in private.items()}
+
     try:
         helm_run("install")
         first = keys()
+        assert public() == derived(first)
         helm_run("upgrade", "image.tag=0.0.1")  # an unrelated upgrade keeps the key
-        assert keys() == first
+        assert keys() == first and public() == derived(first)
         helm_run("upgrade", "signing.keyIds={k1,k2}")  # 1: the new key is accepted too
         both = keys()
         assert both["k1"] == first["k1"] and both["k2"] and both["k2"] != first["k1"]
+        assert public() == derived(both)
         helm_run("upgrade", "signing.keyIds={k1,k2}", "signing.activeKeyId=k2")  # 2: the worker signs with it
         assert keys() == both and "--hmac-key-id=k2" in worker_args()
         helm_run("upgrade", "signing.keyIds={k2}", "signing.activeKeyId=k2")  # 3: k1 retired
-        assert keys() == {"k2": both["k2"]}
+        assert keys() == {"k2": both["k2"]} and public() == derived({"k2": both["k2"]})
     finally:
         subprocess.run(
             [helm(), "uninstall", release, "-n", namespace, "--kubeconfig", admin], capture_output=True

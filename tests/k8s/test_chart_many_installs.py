@@ -43,6 +43,7 @@ from tests.k8s.test_deploy import (
     helm,
     helm_template,
     manifests,
+    public_pem,
     values,
 )
 
@@ -71,8 +72,8 @@ def workloads(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def lease_of(docs: list[dict[str, Any]], component: str) -> tuple[str, list[str]]:
     """(the --lease-name a component runs with, the Lease names its Role may get and update)."""
-    (deployment,) = [d for n, d in by_kind(docs, "Deployment").items() if n.endswith(f"-{component}")]
-    args = cli().parse_args(container(deployment)["args"])
+    (workload,) = [d for n, d in workloads(docs).items() if n.endswith(f"-{component}")]
+    args = cli().parse_args(container(workload)["args"])
     (role,) = [r for n, r in by_kind(docs, "Role").items() if n.endswith(f"-{component}-lease")]
     named = [name for rule in role["rules"] for name in rule.get("resourceNames", ())]
     return args.lease_name, named
@@ -456,7 +457,7 @@ def test_service_accounts_named_by_the_user_are_bound_by_the_charts_rbac() -> No
     assert ("preemption-pc-actuator", "act") in bound and ("pc-actuator-lease", "act") in bound
     assert "act" in by_kind(docs, "ServiceAccount")
     assert (
-        by_kind(docs, "Deployment")["pc-actuator"]["spec"]["template"]["spec"]["serviceAccountName"] == "act"
+        by_kind(docs, "StatefulSet")["pc-actuator"]["spec"]["template"]["spec"]["serviceAccountName"] == "act"
     )
 
 
@@ -507,10 +508,15 @@ def test_an_egress_policy_without_peers_refuses_to_render() -> None:
 
 
 def test_renders_are_deterministic() -> None:
-    """Byte for byte, twice, but for the generated signing key (made once, then kept by lookup)."""
-    args = ("--set", "signing.existingSecret=keys")
-    first, second = helm_template(HATCHES, *args), helm_template(HATCHES, *args)
-    assert first.returncode == 0 and first.stdout == second.stdout
+    """Byte for byte, twice, but for the generated signing key (made once, then kept by lookup):
+    a Secret of the user's, with its public key given (Ed25519), or in the HMAC compatibility mode."""
+    ed25519 = HATCHES | {
+        "signing": {**HATCHES["signing"], "existingSecret": "keys", "publicKeys": {"k1": public_pem(1)}}
+    }
+    hmac = HATCHES | {"signing": {**HATCHES["signing"], "existingSecret": "keys", "mode": "hmac"}}
+    for chart_values in (ed25519, hmac):
+        first, second = helm_template(chart_values), helm_template(chart_values)
+        assert first.returncode == 0 and first.stdout == second.stdout, first.stderr
 
 
 # ---- 8. docs/deploy.md: many installs on one cluster and one Kafka ---------------------------------
@@ -557,14 +563,16 @@ def test_the_documented_many_installs_share_nothing_they_must_not() -> None:
     assert args_of(a, "worker").hmac_key_file == args_of(b, "worker").hmac_key_file  # the same path, in
     signing = [
         {
-            v["secret"]["secretName"]
+            v["secret"]["secretName"] if "secret" in v else v["configMap"]["name"]
             for w in workloads(docs).values()
             for v in w["spec"]["template"]["spec"]["volumes"]
             if v["name"] == "signing"
         }
         for docs in (a, b)
     ]
-    assert len(signing[0]) == len(signing[1]) == 1 and not signing[0] & signing[1]  # another key
+    # The worker's private key and the actuator's public keys: another pair per install.
+    assert len(signing[0]) == len(signing[1]) == 2 and not signing[0] & signing[1]
+    assert args_of(a, "actuator").install_id is None  # bound to the install by its own prefix
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,10 @@ from typing import Any, cast
 import jsonschema
 import pytest
 import yaml
+from cryptography.hazmat.primitives.asymmetric import ed25519
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
+from schemas import chain
 from streams.kube import actuator, source
 from tests import tools
 from tests.k8s import cluster
@@ -80,10 +83,19 @@ def manifests(chart_values: dict[str, Any], *args: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(rendered.stdout) if d is not None]
 
 
+def public_pem(seed: int) -> str:
+    """A fixed Ed25519 key's public key (PEM), as signing.publicKeys takes it."""
+    private = ed25519.Ed25519PrivateKey.from_private_bytes(bytes([seed]) * 32)
+    return chain.public_pem(private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())).decode()
+
+
 DEFAULTS = values()
 EVERYTHING = values(
-    signing={"enabled": True, "existingSecret": "preemptctl-hmac", "keyIds": ["k1", "k2"],
-             "activeKeyId": "k2"},
+    signing={"enabled": True, "mode": "ed25519", "existingSecret": "preemptctl-keys", "keyIds": ["k1", "k2"],
+             "activeKeyId": "k2", "publicKeys": {"k1": public_pem(1), "k2": public_pem(2)},
+             "installId": "sched-prod"},
+    actuator__maxDecisionAge=120,
+    actuator__persistence={"size": "2Gi", "storageClassName": "fast-ssd"},
     lease={"durationSeconds": 30, "renewDeadlineSeconds": 20, "retryPeriodSeconds": 2.5},
     actuator__mode="act",
     source__extraArgs=["--namespace=team-a"],
@@ -231,18 +243,25 @@ def test_nothing_renders_until_the_actuator_mode_is_chosen() -> None:
     assert refused.returncode != 0
     assert "actuator.mode must be chosen" in refused.stderr and "dry-run" in refused.stderr
     assert refused.stdout == ""
-    dry = cli().parse_args(container(by_kind(manifests(values()), "Deployment")["pc-actuator"])["args"])
+    dry = cli().parse_args(container(by_kind(manifests(values()), "StatefulSet")["pc-actuator"])["args"])
     acting = cli().parse_args(
-        container(by_kind(manifests(values(actuator__mode="act")), "Deployment")["pc-actuator"])["args"]
+        container(by_kind(manifests(values(actuator__mode="act")), "StatefulSet")["pc-actuator"])["args"]
     )
     assert (dry.dry_run, acting.dry_run) == (True, False)
 
 
+# The actuator is a StatefulSet (its ledger's claim); the third ConfigMap holds the signing public keys.
 EXPECTED_KINDS = sorted(
-    ["Deployment"] * 2 + ["StatefulSet"] + ["Service"] * 3 + ["ServiceAccount"] * 3 + ["ClusterRole"] * 2
-    + ["ClusterRoleBinding"] * 2 + ["Role"] * 2 + ["RoleBinding"] * 2 + ["ConfigMap"] * 2 + ["Pod"]
-    + ["NetworkPolicy"] * 3
+    ["Deployment"] + ["StatefulSet"] * 2 + ["Service"] * 3 + ["ServiceAccount"] * 3 + ["ClusterRole"] * 2
+    + ["ClusterRoleBinding"] * 2 + ["Role"] * 2 + ["RoleBinding"] * 2 + ["ConfigMap"] * 3 + ["Pod"]
+    + ["NetworkPolicy"] * 3 + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
 )  # fmt: skip
+CLUSTER_SCOPED = (
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
 
 
 @pytest.mark.parametrize("chart_values", [DEFAULTS, EVERYTHING], ids=["defaults", "everything"])
@@ -260,7 +279,7 @@ def test_chart_renders_to_the_expected_objects(chart_values: dict[str, Any]) -> 
         assert labels["helm.sh/chart"] == f"preemptctl-{chart['version']}"
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels.items() >= chart_values["commonLabels"].items()
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if doc["kind"] not in CLUSTER_SCOPED:
             assert doc["metadata"]["namespace"] == "preemption"
         else:
             # One release name in two namespaces: two sets of cluster-scoped objects.
@@ -461,12 +480,25 @@ def test_deployments_run_the_right_component_with_probes(chart_values: dict[str,
         deployments["actuator"]
     )["env"]
     signing = chart_values["signing"]
-    secret = signing["existingSecret"] or "pc-signing"
-    assert act.hmac_keys_dir == "/etc/preemptctl/signing"
+    # Ed25519 by default: the actuator verifies with the public keys only, never the Secret.
+    assert (act.signing_keys_dir, act.hmac_keys_dir) == ("/etc/preemptctl/signing", None)
     volumes = deployments["actuator"]["spec"]["template"]["spec"]["volumes"]
-    assert {"name": "signing", "secret": {"secretName": secret}} in volumes
+    assert {"name": "signing", "configMap": {"name": f"{prefix}-signing-public"}} in volumes
+    assert not any("secret" in v and "signing" in v["secret"]["secretName"] for v in volumes)
     active = signing["activeKeyId"]
     assert f"--hmac-key-file=/etc/preemptctl/signing/{active}" in container(deployments["worker"])["args"]
+    worker = cli().parse_args(container(deployments["worker"])["args"])
+    assert act.install_id == worker.install_id == (signing["installId"] or None)
+    assert act.max_decision_age == chart_values["actuator"]["maxDecisionAge"] and not act.accept_unsigned
+    # The ledger is on the replica's claim, not an emptyDir.
+    assert act.ledger_file == "/var/lib/preemptctl/ledger.jsonl"
+    (claim,) = deployments["actuator"]["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "state"
+    assert (
+        claim["spec"]["resources"]["requests"]["storage"] == chart_values["actuator"]["persistence"]["size"]
+    )
+    assert not any(v["name"] == "state" for v in volumes)
+    assert deployments["actuator"]["spec"]["serviceName"] == f"{prefix}-actuator"
     if chart_values is EVERYTHING:
         assert src.namespace == ["team-a"] and src.scheduler_name == "batch"
 
@@ -510,7 +542,7 @@ def test_notes_say_what_runs_and_warn_about_what_is_unsafe() -> None:
     assert "WARNING: source.schedulerName is empty" in notes and "EVERY scheduler" in notes
     assert "not signed" not in notes and "DRY RUN" not in notes and "PLAINTEXT" not in notes
     assert 'signed with key "k1"' in notes
-    unsafe = _notes(values(signing__enabled=False))
+    unsafe = _notes(values(signing__enabled=False, actuator__acceptUnsigned=True))
     assert "not signed" in unsafe and "over PLAINTEXT without authentication" in unsafe
 
 

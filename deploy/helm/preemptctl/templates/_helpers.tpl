@@ -220,3 +220,13 @@ prometheus.io/path: /metrics
 - {{ printf "--log-level=%v" .Values.logging.level | quote }}
 - {{ printf "--log-format=%v" .Values.logging.format | quote }}
 {{- end -}}
+
+{{/* Signing off: the actuator refuses to start without keys unless --accept-unsigned
+(actuator.acceptUnsigned), which means nothing with signing on. Checked at render. */}}
+{{- define "preemptctl.checkUnsigned" -}}
+{{- if and .Values.signing.enabled .Values.actuator.acceptUnsigned -}}
+{{- fail "actuator.acceptUnsigned applies only with signing.enabled=false: with signing on, the actuator accepts signed decisions only (docs/deploy.md, \"Decision signing\")" -}}
+{{- else if and (not .Values.signing.enabled) (not .Values.actuator.acceptUnsigned) -}}
+{{- fail "signing.enabled=false: the actuator refuses to start without signing keys. To act on unsigned decisions (anyone who can write the decisions topic then chooses what is evicted) set actuator.acceptUnsigned=true as well; else keep signing on (docs/deploy.md, \"Decision signing\")" -}}
+{{- end -}}
+{{- end -}}

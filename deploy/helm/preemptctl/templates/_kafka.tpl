@@ -7,8 +7,10 @@ Files in every component's container:
   /etc/preemptctl/kafka-ca/                 kafka.caSecret (the brokers' CA)
   /etc/preemptctl/kafka-user/               the component's credentials (kafka.userSecrets.<c>,
                                             or its Strimzi KafkaUser's Secret)
-  /etc/preemptctl/signing/                  signing keys: the worker its active key, the
-                                            actuator every accepted one
+  /etc/preemptctl/signing/                  signing keys: the worker its active (private) key;
+                                            the actuator every accepted public key (ed25519:
+                                            ConfigMap FULLNAME-signing-public) or, in the HMAC
+                                            compatibility mode, every shared key
 */}}
 
 {{- define "preemptctl.kafka.strimziUsers" -}}
@@ -88,8 +90,12 @@ Files in every component's container:
 {{- if eq $component "worker" }}
 - {{ printf "--group-id=%v" (include "preemptctl.groups.worker" $ctx) | quote }}
 {{- if $ctx.Values.signing.enabled }}
+{{- /* The worker tells an Ed25519 PEM key from a shared HMAC key by its content. */}}
 - {{ printf "--hmac-key-file=/etc/preemptctl/signing/%v" $ctx.Values.signing.activeKeyId | quote }}
 - {{ printf "--hmac-key-id=%v" $ctx.Values.signing.activeKeyId | quote }}
+{{- end }}
+{{- with $ctx.Values.signing.installId }}
+- {{ printf "--install-id=%v" . | quote }}
 {{- end }}
 {{- with $ctx.Values.tables }}
 {{- if .enabled }}
@@ -100,8 +106,13 @@ Files in every component's container:
 {{- if eq $component "actuator" }}
 - {{ printf "--group-id=%v" (include "preemptctl.groups.actuator" $ctx) | quote }}
 - {{ printf "--lag-group-id=%v" (include "preemptctl.groups.worker" $ctx) | quote }}
-{{- if $ctx.Values.signing.enabled }}
+{{- if and $ctx.Values.signing.enabled (eq $ctx.Values.signing.mode "hmac") }}
 - "--hmac-keys-dir=/etc/preemptctl/signing"
+{{- else if $ctx.Values.signing.enabled }}
+- "--signing-keys-dir=/etc/preemptctl/signing"
+{{- end }}
+{{- with $ctx.Values.signing.installId }}
+- {{ printf "--install-id=%v" . | quote }}
 {{- end }}
 {{- end }}
 {{- end -}}
@@ -159,10 +170,16 @@ Files in every component's container:
     items:
       - key: {{ $ctx.Values.signing.activeKeyId | quote }}
         path: {{ $ctx.Values.signing.activeKeyId | quote }}
-{{- else if and $ctx.Values.signing.enabled (eq $component "actuator") }}
+{{- else if and $ctx.Values.signing.enabled (eq $component "actuator") (eq $ctx.Values.signing.mode "hmac") }}
+# HMAC compatibility mode: every accepted shared key (an actuator could sign with one).
 - name: signing
   secret:
     secretName: {{ include "preemptctl.signing.secret" $ctx | quote }}
+{{- else if and $ctx.Values.signing.enabled (eq $component "actuator") }}
+# The public keys only: an actuator can verify a decision, never sign one.
+- name: signing
+  configMap:
+    name: {{ printf "%s-signing-public" (include "preemptctl.fullname" $ctx) | quote }}
 {{- end }}
 {{- end -}}
 
@@ -203,4 +220,22 @@ topics:
 {{- $ports := list -}}
 {{- range . }}{{ $ports = append $ports (dict "port" . "protocol" "TCP") }}{{ end -}}
 {{- toYaml $ports -}}
+{{- end -}}
+
+
+{{/* The topic prefix may not nest with the default's or another install's (topics.otherInstallPrefixes):
+a prefix ACL on the shorter one grants read, Create and transactional ids on the longer one's topics
+(docs/deploy.md, "Several installs on one Kafka"). Equal to the default is this install being it. */}}
+{{- define "preemptctl.topics.checkPrefix" -}}
+{{- $prefix := .Values.topics.prefix -}}
+{{- range $other := .Values.topics.otherInstallPrefixes | default list }}
+{{- if eq $other $prefix }}
+{{- fail (printf "topics.prefix %q is also another install's (topics.otherInstallPrefixes): two installs on one Kafka need two prefixes that do not nest (docs/deploy.md, \"Several installs on one Kafka\")" $prefix) }}
+{{- end }}
+{{- end }}
+{{- range $other := prepend (.Values.topics.otherInstallPrefixes | default list) "preemption." }}
+{{- if and (ne $other $prefix) (or (hasPrefix $other $prefix) (hasPrefix $prefix $other)) }}
+{{- fail (printf "topics.prefix %q nests with %q (%s): a prefix ACL on the shorter one grants read, Create and transactional ids on every topic of the longer one. Choose prefixes neither of which begins with the other, e.g. preemption-staging. beside preemption. (docs/deploy.md, \"Several installs on one Kafka\")" $prefix $other (ternary "the default prefix" "another install's, topics.otherInstallPrefixes" (eq $other "preemption."))) }}
+{{- end }}
+{{- end }}
 {{- end -}}
