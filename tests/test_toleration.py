@@ -150,4 +150,5 @@ def test_seconds_past_292_years_wrap_as_gos_duration_does() -> None:
     assert not protected(2**63 - 1, five_minutes_later)
     # -1 s: the pod is protected only while its scheduled time is over a second ahead of `now`.
     assert protected(2**63 - 1, at - 2 * timeutil.SECOND)
-    assert toleration.expires_at(toleration.Policy(10_000, 2**63 - 1), scheduled_at=at) == at - timeutil.SECOND
+    int64_max = toleration.Policy(10_000, 2**63 - 1)
+    assert toleration.expires_at(int64_max, scheduled_at=at) == at - timeutil.SECOND

@@ -128,7 +128,7 @@ def kafka_of(args: argparse.Namespace) -> connection.KafkaConfig:
 
 
 def configure_logging(args: argparse.Namespace, *, component: str) -> None:
-    """Logs to stderr (stdout is for data, docs/architecture.md §5) as `--log-format` and `--log-level` say."""
+    """Logs to stderr (stdout is for data: docs/architecture.md §5) as `--log-format`, `--log-level` say."""
     logs.configure(component=component, level=args.log_level, fmt=args.log_format)
 
 

@@ -416,7 +416,7 @@ class Publisher:
 
 
 class _Clock:
-    """Event timestamps: wall-clock time, never going backwards (docs/architecture.md §3: ts never goes backwards)."""
+    """Event timestamps: wall-clock time, never going backwards (docs/architecture.md §3)."""
 
     def __init__(self, now: Callable[[], datetime] = kube.now) -> None:
         self._now = now

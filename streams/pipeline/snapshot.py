@@ -1,4 +1,6 @@
-"""Snapshots of a partition's state in Kafka (docs/architecture.md §2): written in chunks, found from the end, never torn.
+"""Snapshots of a partition's state in Kafka: written in chunks, found from the end, never torn.
+
+Why snapshots at all: docs/architecture.md §2.
 
 A snapshot is the worker's local store at one cluster-events position, made
 portable: the store's state record (every cluster's controller state, the

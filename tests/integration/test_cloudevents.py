@@ -49,7 +49,8 @@ MAIN = "import sys; from streams.cli.main import main; sys.exit(main(sys.argv[1:
 RUN_TIMEOUT_S = 120.0
 # The replaying worker joins its group (about half the session timeout on tansu) and folds ~90 events.
 REPLAY_TIMEOUT_S = 90.0
-# A topic is read once a poll this long comes back empty (tansu reports end offsets short, docs/architecture.md §6).
+# A topic is read once a poll this long comes back empty (tansu reports end offsets short:
+# docs/architecture.md §6).
 EMPTY_POLL_MS = 1000
 # kcat reads a topic of a few hundred records in well under a second.
 KCAT_TIMEOUT_S = 30.0
