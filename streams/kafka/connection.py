@@ -263,6 +263,10 @@ def parse_broker_url(url: str) -> str:
         raise BadBrokerUrl(f"bad broker url {url!r}: expected kafka://host:port[,host:port]") from exc
 
 
+# What a Kafka client property name looks like: dotted lowercase words (`sasl.jaas.config`).
+_PROPERTY_NAME = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)+$")
+
+
 def read_properties(text: str, *, where: str) -> dict[str, str]:
     """A Java .properties file: `key=value`, `key: value` or `key value`; `#`/`!` comments;
     a trailing backslash continues a line; `\\t`, `\\n`, `\\uXXXX` and `\\x` escapes."""
@@ -434,7 +438,15 @@ def parse(
     """
     unknown = sorted(k for k in props if k not in KEYS and not (_PROVIDER_CLASS_KEY.match(k)))
     if unknown:
-        raise UsageError(f"{where}: unknown key {unknown[0]} (supported: {', '.join(KEYS)})")
+        key = unknown[0]
+        if not _PROPERTY_NAME.match(key):
+            # Not a property name: most likely a value on a line of its own (a password after
+            # a broken continuation), which must not reach a log or a terminal.
+            raise UsageError(
+                f"{where}: a line that is not `key=value` with a property name (a value on a "
+                "line of its own? check the line continuations)"
+            )
+        raise UsageError(f"{where}: unknown key {key} (supported: {', '.join(KEYS)})")
     for k, cls in props.items():
         matched = _PROVIDER_CLASS_KEY.match(k)
         if matched and _PROVIDER_CLASSES.get(matched.group(1)) != cls:

@@ -64,3 +64,32 @@ def test_a_usage_error_prints_no_password(
     printed = capsys.readouterr().err
     said = f"--kafka-config: cannot use {logs.MASK}; nor sasl.password={logs.MASK}"
     assert printed == f"preemptctl: error: {said}\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A broken continuation leaves the password on a line of its own: read as a key.
+        "sasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required\n"
+        "hunter2-s3cret\n",
+        "sasl.mechanism=PLAIN\nHunter2.S3cret\n",
+    ],
+)
+def test_a_value_on_a_line_of_its_own_is_not_echoed(text: str) -> None:
+    """issue 29, 8: `unknown key <password>` printed the password of a broken properties file."""
+    with pytest.raises(UsageError) as error:
+        connection.parse(
+            connection.read_properties(text, where="kafka.properties"),
+            where="kafka.properties",
+            bootstrap="b:1",
+        )
+    assert "hunter2" not in str(error.value).lower() and "s3cret" not in str(error.value).lower()
+    assert "line of its own" in str(error.value)
+
+
+def test_a_misspelt_property_is_still_named() -> None:
+    with pytest.raises(UsageError, match=r"unknown key sasl\.mechanismz"):
+        connection.parse(
+            connection.read_properties("sasl.mechanismz=PLAIN\n", where="f"), where="f", bootstrap="b:1"
+        )
