@@ -263,6 +263,8 @@ def parse_broker_url(url: str) -> str:
         raise BadBrokerUrl(f"bad broker url {url!r}: expected kafka://host:port[,host:port]") from exc
 
 
+# Every property that holds a password, registered with the log masker as it is resolved.
+PASSWORD_KEYS = ("sasl.password", "ssl.key.password", "ssl.truststore.password", "ssl.keystore.password")
 # What a Kafka client property name looks like: dotted lowercase words (`sasl.jaas.config`).
 _PROPERTY_NAME = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)+$")
 
@@ -452,6 +454,9 @@ def parse(
         if matched and _PROVIDER_CLASSES.get(matched.group(1)) != cls:
             raise UsageError(f"{where}: {k}: only {', '.join(_PROVIDER_CLASSES.values())} are supported")
     values = {k: _resolve(v, key=k, where=where) for k, v in props.items() if not k.startswith("config.")}
+    for k in PASSWORD_KEYS:
+        if values.get(k):
+            logs.secret(values[k])  # masked from here on, even where no Secret ever holds it
 
     servers = bootstrap or values.get("bootstrap.servers") or ""
     if servers:

@@ -9,6 +9,7 @@ masking as the logs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import uuid
 
@@ -93,3 +94,13 @@ def test_a_misspelt_property_is_still_named() -> None:
         connection.parse(
             connection.read_properties("sasl.mechanismz=PLAIN\n", where="f"), where="f", bootstrap="b:1"
         )
+
+
+@pytest.mark.parametrize("key", connection.PASSWORD_KEYS)
+def test_every_password_property_is_masked_once_resolved(key: str) -> None:
+    """The store passwords too (issue 29, 8): no Secret holds a truststore password."""
+    value = f"pw-{uuid.uuid4().hex}"
+    # A password alone is not a whole configuration: only the masking matters here.
+    with contextlib.suppress(UsageError):
+        connection.parse({key: value}, where="f", bootstrap="b:1")
+    assert value not in logs.redact(f"a line with {value} in it")
