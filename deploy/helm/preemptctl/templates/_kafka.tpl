@@ -225,7 +225,7 @@ topics:
 
 {{/* The topic prefix may not nest with the default's or another install's (topics.otherInstallPrefixes):
 a prefix ACL on the shorter one grants read, Create and transactional ids on the longer one's topics
-(docs/deploy.md, "Several installs on one Kafka"). Equal to the default is this install being it. */}}
+(docs/deploy.md §8). Equal to the default is this install being it. */}}
 {{- define "preemptctl.topics.checkPrefix" -}}
 {{- $prefix := .Values.topics.prefix -}}
 {{- range $other := .Values.topics.otherInstallPrefixes | default list }}
