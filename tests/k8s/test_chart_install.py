@@ -396,7 +396,7 @@ def test_a_pkcs12_source_starts_on_its_read_only_root(
     store = keystore(tmp_path)
     for kind, name in (
         ("deployments", "pc-source"),
-        ("deployments", "pc-actuator"),
+        ("statefulsets", "pc-actuator"),
         ("statefulsets", "pc-worker"),
     ):
         workload = helm.get(f"/apis/apps/v1/namespaces/{{ns}}/{kind}/{name}")
