@@ -123,6 +123,22 @@ DEAD_LETTER_HEADERS = ("origin-topic", "origin-partition", "origin-offset", "err
 # here, in time bounded by the record's size, and rejects what is beyond them with the reason:
 # a record (DecodeError) or one event (BadEvent, streams.pipeline.controller).
 
+# The cluster a record names when it names none (a single-cluster install).
+DEFAULT_CLUSTER = "default"
+
+# Record sizes, end to end. The source batches events into records of at most
+# ~1 MiB, but one Kubernetes object may be up to etcd's 1.5 MiB, so a record may
+# be ~1.5 MiB; Kafka's default limit (1 MiB + 12 bytes) would refuse it. Every
+# preemptctl topic therefore accepts RECORD_MAX_BYTES (max.message.bytes, which
+# bounds a whole record batch), every producer may send requests that large, and
+# what a producer puts in one record value is held to VALUE_MAX_BYTES, leaving
+# room for the key, headers and the batch framing. What does not fit: a decision
+# loses its explanation (a marker says so), a dead letter carries a reference to
+# its origin instead of the bytes (streams.pipeline.outbox).
+RECORD_MAX_BYTES = 2 * 1024 * 1024
+RECORD_OVERHEAD_BYTES = 64 * 1024
+VALUE_MAX_BYTES = RECORD_MAX_BYTES - RECORD_OVERHEAD_BYTES
+
 # Events in one cluster-events record. The source never writes more (its queue holds
 # QUEUE_MAX_EVENTS = this many); a record of 100,000 tiny bad events held its partition for
 # ~10 s and wrote 100,000 dead letters: such a record is dead-lettered whole instead.

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from streams.brokers.process import BrokerProcess
-from streams.kafka.topics import BrokerUnavailable
+from streams.kafka.connection import BrokerUnavailable
 
 # tansu answers in ~0.1 s on this machine; 10 s covers a cold page cache on a slow disk.
 TANSU_READY_TIMEOUT_S = 10.0

@@ -42,7 +42,7 @@ from typing import IO
 
 from streams.brokers import process
 from streams.kafka import topics as kafka_topics
-from streams.kafka.topics import BrokerUnavailable
+from streams.kafka.connection import BrokerUnavailable
 
 # Keep in step with <kafka.version> in deploy/kafka/pom.xml (a test checks it):
 # the version names the cache dir, so a bump never reuses stale jars.

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from streams.kafka.topics import BrokerUnavailable
+from streams.kafka.connection import BrokerUnavailable
 
 # How often the readiness probe retries while the broker boots: tansu is up in
 # ~0.1 s, so a coarser poll would dominate its start time.

@@ -131,8 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         # Not imported up front (`decide` never loads the Kafka layer); an exception of that
         # layer means it is loaded already.
-        topics = sys.modules.get("streams.kafka.topics")
-        if topics is None or not isinstance(exc, topics.BrokerUnavailable):
+        connection = sys.modules.get("streams.kafka.connection")
+        if connection is None or not isinstance(exc, connection.BrokerUnavailable):
             raise
         print(f"preemptctl: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

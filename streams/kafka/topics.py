@@ -18,11 +18,10 @@ from collections.abc import Iterable
 from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError
 
+from schemas import records
 from streams.common.errors import UsageError
 from streams.kafka import connection
-from streams.kafka.connection import BrokerUnavailable, parse_broker_url
-
-__all__ = ["BrokerUnavailable", "parse_broker_url"]  # kept here for the modules that import them from here
+from streams.kafka.connection import BrokerUnavailable
 
 CLUSTER_EVENTS = "preemption.cluster-events"
 DECISIONS = "preemption.decisions"
@@ -52,18 +51,9 @@ AUDIT_RETENTION_MS = 90 * _DAY_MS
 # Long enough to triage a poison record after a long weekend; the dead-letter copy
 # holds the raw bytes, so it does not depend on the origin topic's retention.
 DEAD_LETTER_RETENTION_MS = 30 * _DAY_MS
-# Record sizes, end to end. The source batches events into records of at most
-# ~1 MiB, but one Kubernetes object may be up to etcd's 1.5 MiB, so a record may
-# be ~1.5 MiB; Kafka's default limit (1 MiB + 12 bytes) would refuse it. Every
-# preemptctl topic therefore accepts RECORD_MAX_BYTES (max.message.bytes, which
-# bounds a whole record batch), every producer may send requests that large, and
-# what a producer puts in one record value is held to VALUE_MAX_BYTES, leaving
-# room for the key, headers and the batch framing. What does not fit: a decision
-# loses its explanation (a marker says so), a dead letter carries a reference to
-# its origin instead of the bytes (streams.pipeline.outbox).
-RECORD_MAX_BYTES = 2 * 1024 * 1024
-RECORD_OVERHEAD_BYTES = 64 * 1024
-VALUE_MAX_BYTES = RECORD_MAX_BYTES - RECORD_OVERHEAD_BYTES
+# Record sizes (schemas.records says why): every topic accepts RECORD_MAX_BYTES.
+RECORD_MAX_BYTES = records.RECORD_MAX_BYTES
+VALUE_MAX_BYTES = records.VALUE_MAX_BYTES
 # Snapshot topic segments roll this often so the log cleaner can drop superseded
 # heads and tombstoned chunks (it never cleans the active segment).
 SNAPSHOTS_SEGMENT_MS = 6 * 60 * 60 * 1000

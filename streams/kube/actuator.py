@@ -65,7 +65,7 @@ from streams.kafka import topics as topics_mod
 from streams.kafka.deadletter import Origin
 from streams.kafka.sink import KafkaSink, RecordSink
 from streams.kube import api as kube
-from streams.kube import component, eviction, lease, source
+from streams.kube import component, eviction, lease
 from streams.kube.ledger import Ledger, nomination_subject
 from streams.kube.preemptor_events import PreemptorEvents
 
@@ -409,7 +409,7 @@ class Actuator:
         sink: RecordSink,
         ledger: Ledger,
         *,
-        cluster: str = source.DEFAULT_CLUSTER,
+        cluster: str = records.DEFAULT_CLUSTER,
         hmac_key: bytes | None = None,
         keys: signing.Keyring | None = None,
         elector: lease.LeaseElector | None = None,
@@ -1149,7 +1149,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     connection.add_arguments(parser)
     component.add_kubernetes_arguments(parser)
     parser.add_argument(
-        "--cluster", default=source.DEFAULT_CLUSTER, metavar="NAME", help="act on this cluster's decisions"
+        "--cluster", default=records.DEFAULT_CLUSTER, metavar="NAME", help="act on this cluster's decisions"
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="send dryRun=All on every write; change nothing"

@@ -168,7 +168,7 @@ async def prepare_broker(
             if create_topics:
                 await topics.ensure_topics(kafka, layout.specs())
             return
-        except (KafkaError, OSError, topics.BrokerUnavailable) as exc:
+        except (KafkaError, OSError, connection.BrokerUnavailable) as exc:
             delay = backoff.delay()
             log.warning("%s; retrying in %.1fs", exc, delay)
             await asyncio.sleep(delay)

@@ -79,7 +79,7 @@ from streams.kube import component, lease
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CLUSTER = "default"
+DEFAULT_CLUSTER = records.DEFAULT_CLUSTER
 # What kube-scheduler calls itself; pods without spec.schedulerName get this name.
 DEFAULT_SCHEDULER = "default-scheduler"
 

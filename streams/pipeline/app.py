@@ -459,7 +459,7 @@ def cmd(args: argparse.Namespace) -> int:
                 )
             )
         )
-    except kafka_topics.BrokerUnavailable as exc:
+    except connection.BrokerUnavailable as exc:
         raise UsageError(str(exc)) from exc
     if waited is None:
         log.info("stopped while waiting for Kafka")

@@ -63,7 +63,6 @@ from engine.index import Index
 from engine.objects import Pod, Record
 from schemas import VERSION, chain, records
 from schemas.records import DecisionRecord
-from streams.kafka import topics
 from streams.pipeline.undo import Undo, record_key, table_record
 
 # A nomination (and the "leaving" mark on its victims) that the cluster has not
@@ -92,8 +91,8 @@ REFUSED = frozenset({"gone", "recreated", "bound", "out-of-scope"})
 
 
 # A decision record is published as one Kafka record: larger than this and the broker
-# would refuse it (topics.VALUE_MAX_BYTES), so its explanation is replaced by a marker.
-DECISION_MAX_BYTES = topics.VALUE_MAX_BYTES
+# would refuse it (records.VALUE_MAX_BYTES), so its explanation is replaced by a marker.
+DECISION_MAX_BYTES = records.VALUE_MAX_BYTES
 
 Decide = Callable[..., Decision]
 

@@ -19,7 +19,7 @@ from schemas import chain, records
 from schemas.records import DecisionRecord
 from streams.pipeline.controller import BadEvent, Controller
 
-DEFAULT_CLUSTER = "default"
+DEFAULT_CLUSTER = records.DEFAULT_CLUSTER
 
 # The cyclic garbage collector's first-generation threshold for folding processes.
 # The index holds hundreds of thousands of long-lived, acyclic objects; at the

