@@ -143,9 +143,9 @@ def test_installs_as_a_dependency_of_an_umbrella_chart(helm: Helm, tmp_path: Pat
     assert "0 chart(s) failed" in lint.stdout
     helm.install("platform", umbrella)
 
-    assert helm.names("/apis/apps/v1/namespaces/{ns}/deployments") == ["platform-actuator", "platform-source"]
-    assert helm.names("/apis/apps/v1/namespaces/{ns}/statefulsets") == ["platform-worker"]
-    actuator = helm.get("/apis/apps/v1/namespaces/{ns}/deployments/platform-actuator")
+    assert helm.names("/apis/apps/v1/namespaces/{ns}/deployments") == ["platform-source"]
+    assert helm.names("/apis/apps/v1/namespaces/{ns}/statefulsets") == ["platform-actuator", "platform-worker"]
+    actuator = helm.get("/apis/apps/v1/namespaces/{ns}/statefulsets/platform-actuator")
     args = cli().parse_args(actuator["spec"]["template"]["spec"]["containers"][0]["args"])
     assert args.dry_run and args.bootstrap_server == "kafka.platform:9092"
     # Cluster-scoped RBAC carries the namespace: this release beside the session's own "pc".
@@ -161,7 +161,7 @@ def test_nothing_acts_until_the_mode_is_chosen(helm: Helm) -> None:
     assert helm.names("/apis/apps/v1/namespaces/{ns}/deployments") == []
 
     def actuator_args() -> list[str]:
-        found = helm.get("/apis/apps/v1/namespaces/{ns}/deployments/pc-actuator")
+        found = helm.get("/apis/apps/v1/namespaces/{ns}/statefulsets/pc-actuator")
         return list(found["spec"]["template"]["spec"]["containers"][0]["args"])
 
     helm.install("pc", CHART, "--set", "actuator.mode=dry-run")
@@ -266,8 +266,10 @@ def service_account_kubeconfig(helm: Helm, account: str, path: Path) -> Path:
 
 
 def deployment_args(helm: Helm, name: str) -> tuple[str, Any]:
-    """(the pod template's ServiceAccount, its parsed args) of a stored Deployment."""
-    pod = helm.get(f"/apis/apps/v1/namespaces/{{ns}}/deployments/{name}")["spec"]["template"]["spec"]
+    """(the pod template's ServiceAccount, its parsed args) of a stored Deployment or StatefulSet
+    (the actuator is one since its ledger moved to a volume)."""
+    kind = "statefulsets" if name.endswith("-actuator") else "deployments"
+    pod = helm.get(f"/apis/apps/v1/namespaces/{{ns}}/{kind}/{name}")["spec"]["template"]["spec"]
     return pod["serviceAccountName"], cli().parse_args(pod["containers"][0]["args"])
 
 

@@ -228,7 +228,7 @@ def test_helm_lint_and_server_side_dry_run(kube_cluster: cluster.TestCluster, tm
     )
     for values in (
         ["--set", "actuator.mode=act"],
-        ["--set-string", "signing.existingSecret=12345", "--set", "actuator.mode=dry-run"],
+        ["--set-string", "signing.existingSecret=12345", "--set", "signing.mode=hmac", "--set", "actuator.mode=dry-run"],
         ["-f", str(everything)],
     ):
         rendered = subprocess.run(
@@ -316,7 +316,7 @@ def test_the_documented_install_upgrade_and_rollback(
 
     def actuator_args() -> list[str]:
         found = kube_cluster.request(
-            "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{release}-actuator"
+            "GET", f"/apis/apps/v1/namespaces/{namespace}/statefulsets/{release}-actuator"
         )
         return list(found["spec"]["template"]["spec"]["containers"][0]["args"])
 
