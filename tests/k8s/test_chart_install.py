@@ -144,7 +144,10 @@ def test_installs_as_a_dependency_of_an_umbrella_chart(helm: Helm, tmp_path: Pat
     helm.install("platform", umbrella)
 
     assert helm.names("/apis/apps/v1/namespaces/{ns}/deployments") == ["platform-source"]
-    assert helm.names("/apis/apps/v1/namespaces/{ns}/statefulsets") == ["platform-actuator", "platform-worker"]
+    assert helm.names("/apis/apps/v1/namespaces/{ns}/statefulsets") == [
+        "platform-actuator",
+        "platform-worker",
+    ]
     actuator = helm.get("/apis/apps/v1/namespaces/{ns}/statefulsets/platform-actuator")
     args = cli().parse_args(actuator["spec"]["template"]["spec"]["containers"][0]["args"])
     assert args.dry_run and args.bootstrap_server == "kafka.platform:9092"

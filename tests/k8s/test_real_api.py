@@ -228,7 +228,14 @@ def test_helm_lint_and_server_side_dry_run(kube_cluster: cluster.TestCluster, tm
     )
     for values in (
         ["--set", "actuator.mode=act"],
-        ["--set-string", "signing.existingSecret=12345", "--set", "signing.mode=hmac", "--set", "actuator.mode=dry-run"],
+        [
+            "--set-string",
+            "signing.existingSecret=12345",
+            "--set",
+            "signing.mode=hmac",
+            "--set",
+            "actuator.mode=dry-run",
+        ],
         ["-f", str(everything)],
     ):
         rendered = subprocess.run(
