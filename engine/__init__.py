@@ -15,4 +15,7 @@ and the instant it is given. `streams` wraps it with Kafka and Kubernetes.
 # label-less pods count against no PDB, a pod not yet scheduled is exempt from toleration),
 # pending preemptors decided again when the cluster changes, decisions only for the scopes'
 # schedulers, actuator outcomes folded back, bounds on input, minimal mode's new search.
-ENGINE_VERSION = "0.3.0"
+# 0.4.0: the filters that read other pods (host ports, pod (anti-)affinity, topology spread),
+# "not modelled" answers for volumes and resource claims, PreemptionToleration read as the
+# plugin reads it, priorities outside int32 refused, gang records with memberUids.
+ENGINE_VERSION = "0.4.0"
