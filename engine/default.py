@@ -144,14 +144,29 @@ def evaluate_node(
     why = placement.unresolvable(state.node, pre.pod)
     if why is not None:
         return NodeEval(name, REJECTED, why)
-    if pre.filters is not None:
-        return _evaluate_filtered(cluster, state, pre, pre.filters, now, ordered)
     free = free_for(cluster, state, pre)
-    if resources.fits(pre.requests, free):
+    # With inter-pod filters (engine.interpod), "fits" is kube-scheduler's SelectVictimsOnNode:
+    # the resources and every filter, on a view of the node that follows the pods taken away
+    # and given back, with the nominated pods and without them. Without, resources alone.
+    view: interpod.NodeView | None = None
+    if pre.filters is not None:
+        view = pre.filters.view(state, nominated_pods(cluster, name, pre))
+        status = view.status(resources.fits(pre.requests, free))
+        if status is None:
+            return NodeEval(name, FITS, "fits without preemption")
+        if status[0] == interpod.UNRESOLVABLE:
+            return NodeEval(name, REJECTED, status[1])
+        hopeless = pre.filters.hopeless(state)
+        if hopeless is not None:
+            # No pod of this node counts for what fails here: nothing evicted here can help.
+            return NodeEval(name, REJECTED, f"{hopeless} whatever is evicted on this node")
+    elif resources.fits(pre.requests, free):
         return NodeEval(name, FITS, "fits without preemption")
     potential, expires = potential_victims(cluster, state, pre, now, ordered)
     for pod in potential:
         resources.add(free, pod.requests)
+        if view is not None:
+            view.remove(pod)
     if not resources.fits(pre.requests, free):
         missing = resources.shortfall(pre.requests, free)
         return NodeEval(
@@ -161,6 +176,15 @@ def evaluate_node(
             f"(short {', '.join(f'{k} {v}' for k, v in missing.items())})",
             expires=expires,
         )
+    if view is not None:
+        blocked = view.status(True)
+        if blocked is not None:
+            return NodeEval(
+                name,
+                REJECTED,
+                f"{blocked[1]} even after removing all {len(potential)} eligible lower-priority pods",
+                expires=expires,
+            )
     if ordered is None:
         potential.sort(key=lambda p: importance(cluster, p))
     budgets = cluster.budgets
@@ -175,89 +199,21 @@ def evaluate_node(
                 continue
             tried.append((pod, v))
             resources.sub(free, pod.requests)
-            if not resources.fits(pre.requests, free):
-                resources.add(free, pod.requests)
-                victims.append(pod)
-    victims.sort(key=lambda p: importance(cluster, p))
-    # The reprieve order uses the classification above (upstream's), but the node is
-    # ranked by what its eviction really does: the final victims beyond a budget. A
-    # more important pod of a PDB given back leaves the budget unexceeded, which
-    # upstream's count of pre-reprieve flags would still call a violation.
-    violations = sum(pdb_violating(cluster, victims)) if read else 0
-    return NodeEval(
-        name,
-        CANDIDATE,
-        victims=victims,
-        violations=violations,
-        key=rank_key(cluster, victims, violations),
-        expires=expires,
-        potential=tried,
-        pdbs=read,
-    )
-
-
-def _evaluate_filtered(
-    cluster: Cluster,
-    state: NodeState,
-    pre: Preemptor,
-    filters: interpod.Filters,
-    now: int,
-    ordered: Sequence[Pod] | None,
-) -> NodeEval:
-    """`evaluate_node` with the inter-pod filters: kube-scheduler's SelectVictimsOnNode, where
-    "fits" is the resources and every filter, with the nominated pods and without them."""
-    name = state.node.name
-    free = free_for(cluster, state, pre)
-    view = filters.view(state, nominated_pods(cluster, name, pre))
-    status = view.status(resources.fits(pre.requests, free))
-    if status is None:
-        return NodeEval(name, FITS, "fits without preemption")
-    if status[0] == interpod.UNRESOLVABLE:
-        return NodeEval(name, REJECTED, status[1])
-    hopeless = filters.hopeless(state)
-    if hopeless is not None:
-        # No pod of this node counts for what fails here: nothing evicted here can help.
-        return NodeEval(name, REJECTED, f"{hopeless} whatever is evicted on this node")
-    potential, expires = potential_victims(cluster, state, pre, now, ordered)
-    for pod in potential:
-        resources.add(free, pod.requests)
-        view.remove(pod)
-    if not resources.fits(pre.requests, free):
-        missing = resources.shortfall(pre.requests, free)
-        return NodeEval(
-            name,
-            REJECTED,
-            f"does not fit even after removing all {len(potential)} eligible lower-priority pods "
-            f"(short {', '.join(f'{k} {v}' for k, v in missing.items())})",
-            expires=expires,
-        )
-    blocked = view.status(True)
-    if blocked is not None:
-        return NodeEval(
-            name,
-            REJECTED,
-            f"{blocked[1]} even after removing all {len(potential)} eligible lower-priority pods",
-            expires=expires,
-        )
-    if ordered is None:
-        potential.sort(key=lambda p: importance(cluster, p))
-    budgets = cluster.budgets
-    read = frozenset(uid for pod in potential for uid in budgets.uids_of(pod.uid))
-    violating = pdb_violating(cluster, potential) if read else [False] * len(potential)
-    victims: list[Pod] = []
-    tried: list[tuple[Pod, bool]] = []
-    for first_pass in (True, False):
-        for pod, v in zip(potential, violating, strict=True):
-            if v != first_pass:
+            if view is None:
+                if not resources.fits(pre.requests, free):
+                    resources.add(free, pod.requests)
+                    victims.append(pod)
                 continue
-            tried.append((pod, v))
-            resources.sub(free, pod.requests)
             view.add(pod)
             if not resources.fits(pre.requests, free) or view.status(True) is not None:
                 resources.add(free, pod.requests)
                 view.remove(pod)
                 victims.append(pod)
     victims.sort(key=lambda p: importance(cluster, p))
+    # The reprieve order uses the classification above (upstream's), but the node is
+    # ranked by what its eviction really does: the final victims beyond a budget. A
+    # more important pod of a PDB given back leaves the budget unexceeded, which
+    # upstream's count of pre-reprieve flags would still call a violation.
     violations = sum(pdb_violating(cluster, victims)) if read else 0
     return NodeEval(
         name,
