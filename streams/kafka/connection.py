@@ -265,8 +265,10 @@ def parse_broker_url(url: str) -> str:
 
 # Every property that holds a password, registered with the log masker as it is resolved.
 PASSWORD_KEYS = ("sasl.password", "ssl.key.password", "ssl.truststore.password", "ssl.keystore.password")
-# What a Kafka client property name looks like: dotted lowercase words (`sasl.jaas.config`).
-_PROPERTY_NAME = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)+$")
+# What a Kafka client property name looks like: lowercase words joined by dots (`acks`,
+# `sasl.jaas.config`). Anything else is not echoed: it may be a value (a password) that a
+# broken continuation left on a line of its own.
+_PROPERTY_NAME = re.compile(r"^[a-z]+(\.[a-z]+)*$")
 
 
 def read_properties(text: str, *, where: str) -> dict[str, str]:
