@@ -57,5 +57,7 @@ KAFKA_NAMESPACE = "e2e-kafka"
 @pytest.fixture(scope="session")
 def kafka_loop(plane: stack_mod.ControlPlane, kafka_broker: str) -> Iterator[stack_mod.Stack]:
     """The same loop on the session's Apache Kafka, deleting victims (the default action)."""
-    with stack_mod.stack(plane, kafka_broker, "e2e-kafka", KAFKA_NAMESPACE) as running:
+    with stack_mod.stack(
+        plane, kafka_broker, "e2e-kafka", KAFKA_NAMESPACE, topic_prefix="e2e-kafka.preemption."
+    ) as running:
         yield running

@@ -34,9 +34,9 @@ from typing import Any, TypeVar
 
 import orjson
 
-from schemas import chain, records
+from schemas import chain
 from streams.brokers import process as process_mod
-from streams.kafka import reading
+from streams.kafka import reading, topics
 from tests.k8s import cluster as cluster_mod
 from tests.k8s import scheduler as scheduler_mod
 
@@ -195,6 +195,9 @@ class Stack:
     cluster: str
     namespace: str
     config: dict[str, Any] = field(default_factory=dict)  # the worker's engine config
+    # Topics of its own on a shared broker: the session's Apache Kafka also serves the
+    # integration tests, whose clusters this stack's worker must not decide (and sign) for.
+    topic_prefix: str = ""
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="preemptctl-e2e-")))
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
@@ -227,6 +230,8 @@ class Stack:
     def argv(self, component: str) -> list[str]:
         broker = f"kafka://{self.bootstrap}"
         health = ["--health-port", str(self.ports[component]), "--health-host", "127.0.0.1"]
+        if self.topic_prefix:
+            health = [*health, "--topic-prefix", self.topic_prefix]
         if component == "source":
             return [
                 "source", "--broker", broker, "--kubeconfig", str(self.plane.cluster.kubeconfig("source")),
@@ -327,14 +332,18 @@ class Stack:
 
         return asyncio.run(_read())
 
+    @property
+    def names(self) -> topics.Names:
+        return topics.Names(self.topic_prefix) if self.topic_prefix else topics.DEFAULT_NAMES
+
     def decisions(self) -> list[dict[str, Any]]:
-        return self.read(records.DECISIONS)
+        return self.read(self.names.decisions)
 
     def evictions(self) -> list[dict[str, Any]]:
-        return self.read(records.EVICTIONS)
+        return self.read(self.names.evictions)
 
     def events(self) -> list[dict[str, Any]]:
-        return [e for batch in self.read(records.CLUSTER_EVENTS) for e in batch["events"]]
+        return [e for batch in self.read(self.names.cluster_events) for e in batch["events"]]
 
 
 @contextlib.contextmanager
