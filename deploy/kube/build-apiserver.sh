@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build kube-apiserver from the Go module k8s.io/kubernetes, once, into the user's cache.
 #
-# The tests run the Kubernetes edge against a real API server (DESIGN §11). No binary
+# The tests run the Kubernetes edge against a real API server (docs/architecture.md §6). No binary
 # release is reachable from the project's machines (only the Go module proxy is), so
 # it is built: a throwaway module requires k8s.io/kubernetes and replaces each staging
 # module with its published v0.x twin (the main module's own go.mod points them at
