@@ -256,7 +256,7 @@ def test_the_decision_record_docs_show_is_the_bundled_examples_first() -> None:
     assert orjson.loads(shown) == audit_traces.decisions(traces.example())[0]
 
 
-@pytest.mark.parametrize("text", ["see docs/nope.md", "preemptctl --config conformance/FORMAT.md"])
+@pytest.mark.parametrize("text", ["see docs/nope.md", "preemptctl --config conformance/NOPE.md"])
 def test_the_path_finder_sees_repository_paths(text: str) -> None:
     (path,) = _named_paths(text)
     assert not (ROOT / path).exists()
