@@ -10,7 +10,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
-from schemas import VERSION
+from schemas import VERSION, names
 
 CLUSTER_EVENTS = "preemption.cluster-events"
 DECISIONS = "preemption.decisions"
@@ -301,6 +301,14 @@ def object_problem(obj: dict[str, Any]) -> str | None:
                 and (len(value) > MAX_NAME_BYTES or len(value.encode(errors="replace")) > MAX_NAME_BYTES)
             ):
                 return f"metadata.{name} longer than {MAX_NAME_BYTES} bytes"
+        # The API server stores no other names (schemas/names.py); an empty or missing one is
+        # the engine's to refuse, with the object's own reason.
+        namespace = meta.get("namespace")
+        if isinstance(namespace, str) and namespace and not names.dns_label(namespace):
+            return f"metadata.namespace {_short(namespace)} is not a DNS-1123 label"
+        own = meta.get("name")
+        if isinstance(own, str) and own and not names.dns_subdomain(own):
+            return f"metadata.name {_short(own)} is not a DNS-1123 subdomain"
     return None
 
 

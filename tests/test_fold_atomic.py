@@ -110,6 +110,12 @@ def _garbage(ts: str) -> list[Any]:
     bad_cpu = gen.node("n9", 1, 1, 1)
     bad_cpu["status"]["allocatable"]["cpu"] = "lots"
     unknown_kind = {"kind": "Gadget", "metadata": {"name": "x", "uid": "x"}}
+    # Names the API server never stores (schemas/names.py): a path segment, a forged log line.
+    dot_dot = copy.deepcopy(pod)
+    dot_dot["metadata"]["name"] = ".."
+    newline = gen.node("n8\nforged", 1, 1, 1)
+    upper_namespace = copy.deepcopy(pod)
+    upper_namespace["metadata"]["namespace"] = "Kube-System"
     return [
         ["not", "an", "event"],
         7,
@@ -123,6 +129,9 @@ def _garbage(ts: str) -> list[Any]:
         {"ts": ts, "type": "ADDED", "object": bad_cpu},
         {"ts": ts, "type": "DELETED", "object": unknown_kind},
         {"ts": "yesterday", "type": "ADDED", "object": gen.node("n7", 1, 1, 1)},
+        {"ts": ts, "type": "ADDED", "object": dot_dot},
+        {"ts": ts, "type": "ADDED", "object": newline},
+        {"ts": ts, "type": "MODIFIED", "object": upper_namespace},
     ]
 
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import jsonschema
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from schemas import chain, records
 
@@ -64,3 +66,34 @@ def test_chain_detects_edits() -> None:
     assert r2["prevHash"] == r1["hash"] and chain.verify_signature(b"k", r2)
     assert not chain.verify_signature(b"other", r2)
     assert chain.digest(r1["prevHash"], {**r1, "x": 5}) != r1["hash"]
+
+
+def _label_by_hand(value: str) -> bool:
+    """RFC 1123 label, spelled out character by character (the reference for the regexes)."""
+    alnum = set("abcdefghijklmnopqrstuvwxyz0123456789")
+    return (
+        0 < len(value) <= 63
+        and value[0] in alnum
+        and value[-1] in alnum
+        and all(c in alnum or c == "-" for c in value)
+    )
+
+
+_NAME_CHARS = st.text(alphabet="ab9-.A_\n/é", max_size=12) | st.text(max_size=300)
+
+
+@given(namespace=_NAME_CHARS, name=_NAME_CHARS)
+def test_object_names_are_accepted_exactly_when_the_api_server_would_store_them(
+    namespace: str, name: str
+) -> None:
+    pod = {"kind": "Pod", "metadata": {"name": name, "namespace": namespace, "uid": "u"}}
+    name_ok = not name or (len(name) <= 253 and all(_label_by_hand(part) for part in name.split(".")))
+    namespace_ok = not namespace or _label_by_hand(namespace)
+    problem = records.object_problem(pod)
+    if len(name.encode()) > records.MAX_NAME_BYTES or len(namespace.encode()) > records.MAX_NAME_BYTES:
+        assert problem is not None and "longer than" in problem
+    elif name_ok and namespace_ok:
+        assert problem is None
+    else:
+        assert problem is not None and "DNS-1123" in problem
+        assert "\n" not in problem  # the reason is logged and put in a header: one line

@@ -48,7 +48,7 @@ from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
 from engine import timeutil
-from schemas import VERSION, chain, cloudevent, records, validate
+from schemas import VERSION, chain, cloudevent, names, records, validate
 from schemas.records import (
     CLUSTER_EVENTS,
     DEAD_LETTER,
@@ -336,26 +336,12 @@ def _explanation_problem(explanation: dict[str, Any]) -> str | None:
     return None
 
 
-# Kubernetes' name rules (apimachinery validation): a namespace is a DNS-1123 label, a pod or
-# node name a DNS-1123 subdomain, a pod group (a label value) at most 63 of [A-Za-z0-9_.-].
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
-_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 # A uid (a UUID from the API server; tests use readable ones): visible ASCII, no spaces.
 _UID = re.compile(r"[!-~]{1,253}\Z")
 MAX_ID_CHARS = 1024
-
-
-def _dns_label(value: Any) -> bool:
-    return isinstance(value, str) and len(value) <= 63 and _DNS_LABEL.match(value) is not None
-
-
-def _dns_subdomain(value: Any) -> bool:
-    return isinstance(value, str) and len(value) <= 253 and _DNS_SUBDOMAIN.match(value) is not None
-
-
-def _label_value(value: Any) -> bool:
-    return isinstance(value, str) and len(value) <= 63 and _LABEL_VALUE.match(value) is not None
+_dns_label = names.dns_label
+_dns_subdomain = names.dns_subdomain
+_label_value = names.label_value
 
 
 def _uid(value: Any) -> bool:
