@@ -20,9 +20,16 @@ The literal reference (engine.reference) decides some of the same questions on
 the same states in the same run; the answers must agree, and the speed ratio is
 reported. Before the first decision the index is warmed as a worker warms it
 when it restores its state (every node's summary: `warmup_ms`, not counted as a
-decision). `cold_ms_*` are the decisions whose preemptor shape had not been
-decided before in the run (each builds its ranking over every node);
-`warm_p99_ms` is the p99 of all the others.
+decision); `--no-warm` leaves it cold, as an index made with `Index(cluster,
+lasting=True)` and used at once is (its first decisions pay for the summaries).
+`cold_ms_*` are the decisions whose preemptor shape had not been decided before
+in the run (each builds its ranking over every node); `warm_p99_ms` is the p99 of
+all the others. `answers_sha256` digests every decision's answer (`Decision.answer`,
+explanation included) in order: two trees that decide alike print the same digest.
+
+The held-out shape (docs/performance.md, "New preemptor shapes"): `--workload mixed
+--width wide --node-cpus 8,16,32 --zone-pinned 0.4 --preemptor-shapes 60 --churn
+--pdb-updates 2 --pod-events 5 --no-warm --preemptors 300`.
 
 Every latency is also given in CPU time (`cpu_*`: `time.process_time` around each
 decision, the engine's own work whatever else ran on the machine meanwhile):
@@ -35,6 +42,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import hashlib
 import os
 import statistics
 import sys
@@ -129,6 +137,8 @@ def run(
     in_flight: deque[tuple[Decision, Pod]] = deque()
     outcomes: dict[str, int] = {}
     capped = 0  # minimal mode: decisions whose explanation lists a candidate whose search hit the cap
+    digest = hashlib.sha256()
+    answering = 0.0
     gc.disable()  # collector pauses would dominate sub-millisecond timings
     try:
         started = time.perf_counter()
@@ -146,6 +156,10 @@ def run(
                     d.outcome == PREEMPT and want["node"] != d.node
                 ):
                     disagreements += 1
+            t0 = time.perf_counter()
+            digest.update(orjson.dumps(d.answer(), option=orjson.OPT_SORT_KEYS))
+            digest.update(b"\n")
+            answering += time.perf_counter() - t0
             outcomes[d.outcome] = outcomes.get(d.outcome, 0) + 1
             if any(c.get("searchCapped") for c in d.explanation.get("candidates", ())):
                 capped += 1
@@ -154,7 +168,7 @@ def run(
                 in_flight.append((d, pre))
                 if shape == "async" and len(in_flight) > ASYNC_LAG:
                     _complete(cluster, *in_flight.popleft())
-        total = time.perf_counter() - started - sum(ref_latencies)
+        total = time.perf_counter() - started - sum(ref_latencies) - answering
     finally:
         gc.enable()
     engine_rate = len(latencies) / total
@@ -174,6 +188,7 @@ def run(
         "max_ms": round(max(latencies) * 1000, 3),
         "first_decision_ms": round(latencies[0] * 1000, 3),
         **_cpu_figures(cpu),
+        "answers_sha256": digest.hexdigest(),
         "cluster_build_s": round(build_s, 3),
         "load_average": [load_before, _load()],
         "machine": machine.describe(),
@@ -213,9 +228,17 @@ def run_mixed(
     width: str = mixed.NARROW,
     node_pods: tuple[int, int] = mixed.PODS_PER_NODE,
     interpod: float = 0.0,
+    node_cpus: tuple[int, ...] = mixed.NODE_CPUS,
+    zone_pinned: float | None = None,
+    preemptor_shapes: int = 60,
+    pdb_updates: int = 2,
+    pod_events: int = 5,
+    warm_index: bool = True,
 ) -> dict[str, Any]:
     build_started = time.perf_counter()
-    gen = mixed.MixedCluster(nodes, seed=seed, width=width, pods_per_node=node_pods, interpod=interpod)
+    gen = mixed.MixedCluster(
+        nodes, seed=seed, width=width, pods_per_node=node_pods, interpod=interpod, node_cpus=node_cpus
+    )
     cluster = Cluster()
     for obj in gen.objects():
         cluster.apply("ADDED", obj)
@@ -225,9 +248,11 @@ def run_mixed(
     # As a worker does when it restores its state (Controller.warm): every node's
     # summary before the first decision, so decisions are timed as they run live.
     t0 = time.perf_counter()
-    index.warm((), mixed._T0, mode)
+    if warm_index:
+        index.warm((), mixed._T0, mode)
     warmup_s = time.perf_counter() - t0
-    shapes = gen.preemptor_shapes()
+    shapes = gen.preemptor_shapes(preemptor_shapes, zone_share=zone_pinned)
+    digest = hashlib.sha256()
     # Reference checks spread over the run, so they see the churned states too.
     checks = {round(i * (count - 1) / max(1, reference_decisions - 1)) for i in range(reference_decisions)}
     latencies: list[float] = []
@@ -252,7 +277,7 @@ def run_mixed(
             at = 60.0 + k  # one decision per second of log time: toleration windows move
             now = mixed._T0 + int(at * timeutil.SECOND)
             if churn:
-                for kind, obj in gen.churn(step=k, at=at):
+                for kind, obj in gen.churn(pdb_updates=pdb_updates, pod_events=pod_events, step=k, at=at):
                     t0 = time.perf_counter()
                     cluster.apply(kind, obj)
                     churn_s += time.perf_counter() - t0
@@ -270,7 +295,8 @@ def run_mixed(
             else:
                 s = gen.rng.randrange(len(shapes))
                 raws = [gen.default_preemptor(k, shapes[s], at=at)]
-                key = ("default", s)
+                # Two drawn shapes alike are one shape: the second is decided warm.
+                key = ("default", tuple(sorted(shapes[s].items())))
             for raw in raws:
                 cluster.apply("ADDED", raw)
             pods = [cluster.pods[r["metadata"]["uid"]] for r in raws]
@@ -280,6 +306,8 @@ def run_mixed(
             spent = time.process_time() - c0
             latencies.append(elapsed)
             cpu.append(spent)
+            digest.update(orjson.dumps(d.answer(), option=orjson.OPT_SORT_KEYS))
+            digest.update(b"\n")
             if key not in seen:
                 seen.add(key)
                 cold.append(elapsed)
@@ -324,6 +352,9 @@ def run_mixed(
         "pods_per_node": f"{node_pods[0]}-{node_pods[1]}",
         "pdbs": len(gen.pdbs),
         "interpod": interpod,
+        "node_cpus": list(node_cpus),
+        "zone_pinned": zone_pinned,
+        "warmed": warm_index,
         "preemptor_shapes": len(seen),
         "preemptors": count,
         "outcomes": outcomes,
@@ -341,6 +372,8 @@ def run_mixed(
         "cpu_warm_p99_ms": round(_percentile(cpu_warm, 0.99) * 1000, 3) if cpu_warm else None,
         "cpu_cold_ms_p50": round(_percentile(cpu_cold, 0.50) * 1000, 3),
         "cpu_cold_ms_max": round(max(cpu_cold) * 1000, 3),
+        "cpu_cold_ms_total": round(sum(cpu_cold) * 1000, 1),
+        "answers_sha256": digest.hexdigest(),
         "churn_events": churn_events,
         "churn_apply_us_per_event": round(churn_s / churn_events * 1e6, 1) if churn_events else None,
         "cluster_build_s": round(build_s, 3),
@@ -404,6 +437,12 @@ def cmd(args: argparse.Namespace) -> int:
             width=args.width,
             node_pods=args.node_pods,
             interpod=args.interpod,
+            node_cpus=args.node_cpus,
+            zone_pinned=args.zone_pinned,
+            preemptor_shapes=args.preemptor_shapes,
+            pdb_updates=args.pdb_updates,
+            pod_events=args.pod_events,
+            warm_index=not args.no_warm,
         )
     else:
         result = run(
@@ -433,6 +472,28 @@ def _pod_range(text: str) -> tuple[int, int]:
     return bounds
 
 
+def _cpus(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"node sizes must be CPU counts like 8,16,32, got {text!r}"
+        ) from None
+    if not sizes or any(c <= 0 for c in sizes):
+        raise argparse.ArgumentTypeError(f"node sizes must be positive CPU counts, got {text!r}")
+    return sizes
+
+
+def _share(text: str) -> float:
+    try:
+        share = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a share must be a number from 0 to 1, got {text!r}") from None
+    if not 0.0 <= share <= 1.0:
+        raise argparse.ArgumentTypeError(f"a share must be from 0 to 1, got {text!r}")
+    return share
+
+
 def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = bench.add_parser(
         "engine",
@@ -443,6 +504,8 @@ def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "  preemptctl bench engine --workload mixed --churn --nodes 5000 --output json\n"
         "  preemptctl bench engine --workload mixed --width wide --churn --nodes 5000\n"
         "  preemptctl bench engine --workload mixed --width wide --interpod 0.3 --nodes 5000\n"
+        "  preemptctl bench engine --workload mixed --width wide --node-cpus 8,16,32 --zone-pinned 0.4 \\\n"
+        "      --churn --no-warm --preemptors 300   # new shapes' cold cost (held-out shape)\n"
         "  preemptctl bench engine --workload mixed --churn --flow job --preemptors 100\n"
         "  preemptctl bench engine --nodes 500 --shape async --victim-selection minimal\n"
         "  preemptctl bench engine --workload mixed --nodes 12 --node-pods 50-110 \\\n"
@@ -480,6 +543,49 @@ def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="MIN-MAX",
         help="mixed only: pods per node, drawn between MIN and MAX (default 30-40; 50-110 fills nodes to "
         "kubelet's pod limit, where minimal mode searches hardest)",
+    )
+    p.add_argument(
+        "--node-cpus",
+        type=_cpus,
+        default=mixed.NODE_CPUS,
+        metavar="C,C,...",
+        help="mixed only: node sizes in CPUs, each node drawing one alike (default 8,16,16,32: half of "
+        "them 16; the held-out shape is 8,16,32)",
+    )
+    p.add_argument(
+        "--zone-pinned",
+        type=_share,
+        default=None,
+        metavar="SHARE",
+        help="mixed only: the share of preemptor shapes pinned to a zone by nodeSelector (default: "
+        "every third shape; the held-out shape is 0.4)",
+    )
+    p.add_argument(
+        "--preemptor-shapes",
+        type=int,
+        default=60,
+        metavar="N",
+        help="mixed, default flow: preemptor shapes drawn from (default 60)",
+    )
+    p.add_argument(
+        "--pdb-updates",
+        type=int,
+        default=2,
+        metavar="N",
+        help="mixed --churn: PDB status updates per decision",
+    )
+    p.add_argument(
+        "--pod-events",
+        type=int,
+        default=5,
+        metavar="N",
+        help="mixed --churn: pod events (created, deleted, status-only) per decision",
+    )
+    p.add_argument(
+        "--no-warm",
+        action="store_true",
+        help="mixed: do not warm the index before the first decision (Index(cluster, lasting=True) used "
+        "at once: the first decisions pay for every node's summary)",
     )
     p.add_argument("--preemptors", type=int, default=1000)
     p.add_argument("--shape", choices=("basic", "async"), default="basic")

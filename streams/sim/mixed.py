@@ -93,6 +93,8 @@ WIDE_PARETO_ALPHA = 1.5
 # A wide workload runs under a PDB this often (about a third: ~100 at 5,000 nodes).
 WIDE_PDB_CHANCE = 0.33
 CPU_MILLIS = (50, 100, 200, 250, 500, 500, 750, 1000, 1000, 1500, 2000, 4000)
+# Node sizes in CPUs, drawn alike for each node (16 twice: half the nodes by default).
+NODE_CPUS = (8, 16, 16, 32)
 # Replicas per node, drawn between these: a busy node of an ordinary cluster.
 PODS_PER_NODE = (30, 40)
 POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
@@ -149,11 +151,15 @@ class MixedCluster:
         fill: float = 0.97,
         width: str = NARROW,
         interpod: float = 0.0,
+        node_cpus: tuple[int, ...] = NODE_CPUS,
     ) -> None:
         if width not in WIDTHS:
             raise ValueError(f"width must be one of {', '.join(WIDTHS)}, got {width!r}")
         if not 0.0 <= interpod <= 1.0:
             raise ValueError(f"interpod must be a share from 0 to 1, got {interpod!r}")
+        if not node_cpus or any(c <= 0 for c in node_cpus):
+            raise ValueError(f"node sizes must be positive CPU counts, got {node_cpus!r}")
+        self.node_cpus = tuple(node_cpus)
         self.rng = random.Random(seed)
         # A generator of its own, so a cluster without inter-pod requirements is the same
         # cluster, seed for seed, as before they existed.
@@ -182,7 +188,7 @@ class MixedCluster:
     def _build(self, nodes: int, shapes: int, per_node: tuple[int, int], fill: float) -> None:
         rng = self.rng
         for i in range(nodes):
-            cpu = rng.choice((8, 16, 16, 32))
+            cpu = rng.choice(self.node_cpus)
             name = f"node-{i:05d}"
             alloc = {"cpu": str(cpu), "memory": f"{cpu * 4}Gi", "pods": "110"}
             labels = {"kubernetes.io/hostname": name, ZONE_LABEL: ZONES[i % len(ZONES)]}
@@ -404,8 +410,13 @@ class MixedCluster:
             "status": workloads.unschedulable(ts),
         }
 
-    def preemptor_shapes(self, count: int = 60) -> list[dict[str, Any]]:
-        """`count` single-pod shapes for the default flow: priority, size, zone selector, taint toleration."""
+    def preemptor_shapes(self, count: int = 60, *, zone_share: float | None = None) -> list[dict[str, Any]]:
+        """`count` single-pod shapes for the default flow: priority, size, zone selector, taint toleration.
+
+        `zone_share`: the share of shapes pinned to a zone by nodeSelector, spread evenly
+        over the shapes (None: every third shape, as always)."""
+        if zone_share is not None and not 0.0 <= zone_share <= 1.0:
+            raise ValueError(f"zone share must be from 0 to 1, got {zone_share!r}")
         rng = self.rng
         shapes = []
         for s in range(count):
@@ -413,7 +424,11 @@ class MixedCluster:
                 "priority": rng.choice((5000, 10000, 50000, 100000, 1000000)),
                 "cpu_m": rng.choice((1000, 2000, 3000, 4000, 6000, 8000)),
             }
-            if s % 3 == 0:
+            if zone_share is None:
+                pinned = s % 3 == 0
+            else:
+                pinned = int((s + 1) * zone_share + 1e-9) > int(s * zone_share + 1e-9)
+            if pinned:
                 shape["zone"] = ZONES[s % len(ZONES)]
             if s % 10 == 5:
                 shape["tolerate"] = True
