@@ -1115,10 +1115,15 @@ async def read_back(
 
 # ---- command line -------------------------------------------------------------------
 
+# The scheduler profile docs/deploy.md sets up (DefaultPreemption disabled) and the chart's
+# source.schedulerName: a hand-run actuator acts for the same pods as the chart's unless told.
+DEFAULT_SCHEDULER_PROFILE = "preemptctl-scheduler"
+
 ACTUATOR_EXAMPLES = """examples:
   preemptctl actuator --bootstrap-server kafka:9092 --hmac-keys-dir /etc/preemptctl/signing \\
       --lease-name preemptctl-actuator --lease-namespace preemptctl --identity "$POD_NAME"
-  preemptctl actuator --bootstrap-server kafka:9092 --scheduler-name preemptctl-scheduler
+  preemptctl actuator --bootstrap-server kafka:9092 --scheduler-name batch-scheduler
+  preemptctl actuator --bootstrap-server kafka:9092 --any-scheduler --accept-unsigned --dry-run
   preemptctl actuator --bootstrap-server kafka:9093 --kafka-config client.properties --dry-run
 """
 
@@ -1140,13 +1145,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="send dryRun=All on every write; change nothing"
     )
-    parser.add_argument(
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
         "--scheduler-name",
         action="append",
         default=[],
         metavar="NAME",
         help="act only for preemptors of this scheduler (repeatable; the source's --scheduler-name): "
-        "any other decision is refused, no victim touched (default: any scheduler)",
+        "any other decision is refused, no victim touched (default: "
+        f"{DEFAULT_SCHEDULER_PROFILE}, the profile docs/deploy.md sets up and the chart scopes to)",
+    )
+    scope.add_argument(
+        "--any-scheduler",
+        action="store_true",
+        help="act for every scheduler's preemptors (the source runs without --scheduler-name): "
+        "kube-scheduler's own DefaultPreemption may then preempt for the same pods",
     )
     parser.add_argument(
         "--protected-namespaces",
@@ -1244,8 +1257,22 @@ def cmd_actuator(args: argparse.Namespace) -> int:
             "HMAC compatibility mode: every holder of the key can sign decisions; Ed25519 keys "
             "(--signing-keys-dir) let only the worker sign"
         )
+    if args.any_scheduler:
+        log.warning(
+            "acting for EVERY scheduler's preemptors (--any-scheduler): kube-scheduler's own "
+            "DefaultPreemption may preempt for the same pods (docs/deploy.md)"
+        )
+    else:
+        log.info("acting only for preemptors of scheduler %s", ", ".join(scope_of(args)))
     asyncio.run(_serve(args, kafka, keys, layout))
     return 0
+
+
+def scope_of(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """The schedulers whose preemptors the actuator acts for; None for every scheduler."""
+    if args.any_scheduler:
+        return None
+    return tuple(sorted(set(args.scheduler_name or [DEFAULT_SCHEDULER_PROFILE])))
 
 
 async def _serve(
@@ -1288,7 +1315,7 @@ async def _serve(
                     cluster=args.cluster,
                     keys=keys,
                     elector=elector,
-                    scope=tuple(sorted(set(args.scheduler_name))) or None,
+                    scope=scope_of(args),
                     topics=Topics.of(layout.names),
                     preemptor_events=announcer,
                     protected_namespaces=args.protected_namespaces,

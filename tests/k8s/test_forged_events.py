@@ -155,7 +155,7 @@ async def test_a_forged_priority_does_not_get_coredns_deleted(
         command(
             "actuator", *kafka, *common, "--kubeconfig", str(kube_cluster.kubeconfig("actuator")),
             "--cluster", ns, "--group-id", f"actuator-{ns}", "--hmac-key-file", str(key_file),
-            "--protected-namespaces", protected, log=tmp_path / "actuator.log",
+            "--protected-namespaces", protected, "--any-scheduler", log=tmp_path / "actuator.log",
         ) as actuator,
     ):  # fmt: skip
 

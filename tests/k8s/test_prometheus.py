@@ -252,7 +252,7 @@ async def components(
             tmp_path / "actuator.log", "actuator", "--broker", broker, "--kubeconfig", str(kube),
             "--lease-name", "preemptctl-actuator", "--lease-namespace", "ops", "--identity", "actuator-0",
             "--lag-interval-seconds", LAG_INTERVAL_SECONDS, "--health-port", str(ports["actuator"]), *health,
-            *LOGS, "--signing-keys-dir", str(tmp_path / "signing-keys"),
+            *LOGS, "--signing-keys-dir", str(tmp_path / "signing-keys"), "--any-scheduler",
         ) as actuator,
     ):  # fmt: skip
         yield {"source": source, "worker": worker, "actuator": actuator}

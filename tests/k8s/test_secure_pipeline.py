@@ -158,7 +158,7 @@ async def components(
             "actuator", *common, "--kafka-config", str(props["actuator"]),
             "--kubeconfig", str(kube.kubeconfig("actuator")), "--cluster", cluster_name,
             "--group-id", groups["actuator"], "--lag-group", groups["worker"], "--lag-interval-seconds", "1",
-            "--signing-keys-dir", str(keys),
+            "--signing-keys-dir", str(keys), "--any-scheduler",
             "--health-port", "0", "--health-host", "127.0.0.1", "--log-level", "DEBUG",
             log=tmp / "actuator.log",
         ),
