@@ -1263,7 +1263,7 @@ def cmd_actuator(args: argparse.Namespace) -> int:
             "DefaultPreemption may preempt for the same pods (docs/deploy.md)"
         )
     else:
-        log.info("acting only for preemptors of scheduler %s", ", ".join(scope_of(args)))
+        log.info("acting only for preemptors of scheduler %s", ", ".join(scope_of(args) or ()))
     asyncio.run(_serve(args, kafka, keys, layout))
     return 0
 
