@@ -22,12 +22,14 @@ in ascending priority, with a lower bound on the whole key at every step: the
 violations so far (they only grow), plus one when the budgets left cannot
 cover the shortfall; the least priority level whose kinds can still cover it;
 the fewest further pods that cover it from kinds up to that level (the largest
-first, per resource); the cheapest priorities for them; and the start term while
-the highest priority stays. A set that still covers after dropping a pod is
-never better than without it, so no kind is taken beyond what the shortfall
-needs. It starts from the greedy kubernetes answer and keeps it on ties, so it
-is never worse on this key. The search stops after MAX_WORK (steps times kinds,
-what a step costs) and keeps the best set found (docs/semantics.md §7 names the nodes that reach it).
+first, per resource; when the set has no violation to spare, of a budget's pods
+only as many as it still allows, which may also raise that level); the cheapest
+priorities for them; and the start term while the highest priority stays. A set
+that still covers after dropping a pod is never better than without it, so no
+kind is taken beyond what the shortfall needs. It starts from the greedy
+kubernetes answer and keeps it on ties, so it is never worse on this key. The
+search stops after MAX_WORK (steps times kinds, what a step costs) and keeps the
+best set found (docs/semantics.md §7 names the nodes that reach it).
 """
 
 from __future__ import annotations
@@ -189,14 +191,20 @@ class _Search:
 
     # ---- bounds ----------------------------------------------------------------------
 
-    def _count(self, short: Sequence[int], start: int, end: int) -> int:
-        """The fewest pods of kinds[start:end+1] that free `short` of every resource (largest first)."""
+    def _count(self, short: Sequence[int], start: int, end: int, spent: dict[str, int] | None = None) -> int:
+        """The fewest pods of kinds[start:end+1] that free `short` of every resource (largest first).
+
+        With `spent` (budgets spent so far), of a budget's pods only as many as it still
+        allows: the fewest that make no further violation (-1: there are none).
+        """
         most = 0
         kinds = self.kinds
+        allowed = self.allowed
         for r, need in enumerate(short):
             if need <= 0:
                 continue
             got = used = 0
+            left: dict[str, int] = {}
             for i in self.by_size[r]:
                 if i < start or i > end:
                     continue
@@ -205,6 +213,14 @@ class _Search:
                 if size <= 0:
                     break
                 n = len(k.members)
+                if spent is not None and k.budget:
+                    room = left.get(k.budget)
+                    if room is None:
+                        room = max(0, allowed[k.budget] - spent.get(k.budget, 0))
+                    n = min(n, room)
+                    left[k.budget] = room - n
+                    if not n:
+                        continue
                 if got + size * n >= need:
                     used += -(-(need - got) // size)
                     got = need
@@ -373,6 +389,19 @@ class _Search:
         if more < 0:
             return
         floor = violations + self._violations_ahead(short, i, spent)
+        if floor > self.best_key[0]:
+            return
+        if floor == violations == self.best_key[0]:
+            # No violation to spare, and none to come: no budget gives more pods than it has
+            # room for, which may take more pods, or pods of a higher level than up to `level`.
+            within = self._count(short, i, end, spent)
+            while within < 0:
+                if end == m - 1:
+                    return
+                level = self.prios[end + 1]
+                end = bisect.bisect_right(self.prios, level) - 1
+                within = self._count(short, i, end, spent)
+            more = max(more, within) if level == max(highest, self.prios[reach]) else within
         cheapest = self.prios[i] + PRIORITY_SHIFT
         if level > highest:
             extra = (level + PRIORITY_SHIFT) + (more - 1) * cheapest
