@@ -22,6 +22,7 @@ reported. Before the first decision the index is warmed as a worker warms it
 when it restores its state (every node's summary: `warmup_ms`, not counted as a
 decision); `--no-warm` leaves it cold, as an index made with `Index(cluster,
 lasting=True)` and used at once is (its first decisions pay for the summaries).
+`index_ms` is making the index (`Index(...)`, outside every decision).
 `cold_ms_*` are the decisions whose preemptor shape had not been decided before
 in the run (each builds its ranking over every node); `warm_p99_ms` is the p99 of
 all the others. `answers_sha256` digests every decision's answer (`Decision.answer`,
@@ -244,7 +245,9 @@ def run_mixed(
         cluster.apply("ADDED", obj)
     build_s = time.perf_counter() - build_started
     config = Config(victim_selection=mode)
+    t0, c0 = time.perf_counter(), time.process_time()
     index = Index(cluster, lasting=True)
+    index_s, index_cpu = time.perf_counter() - t0, time.process_time() - c0
     # As a worker does when it restores its state (Controller.warm): every node's
     # summary before the first decision, so decisions are timed as they run live.
     t0 = time.perf_counter()
@@ -378,6 +381,9 @@ def run_mixed(
         "churn_apply_us_per_event": round(churn_s / churn_events * 1e6, 1) if churn_events else None,
         "cluster_build_s": round(build_s, 3),
         "warmup_ms": round(warmup_s * 1000, 1),
+        # Making the lasting index (a worker makes it once; what it does then is not a decision's).
+        "index_ms": round(index_s * 1000, 1),
+        "cpu_index_ms": round(index_cpu * 1000, 1),
         "load_average": [load_before, _load()],
         "machine": machine.describe(),
     }
