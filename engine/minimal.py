@@ -27,7 +27,14 @@ only as many as it still allows, which may also raise that level); the cheapest
 priorities for them; and the start term while the highest priority stays. A set
 that still covers after dropping a pod is never better than without it, so no
 kind is taken beyond what the shortfall needs. It starts from the greedy
-kubernetes answer and keeps it on ties, so it is never worse on this key. The
+kubernetes answer and keeps it on ties, so it is never worse on this key.
+
+Told another node's answer (`beat`: branch and bound across nodes), the search
+prunes every branch that cannot rank before it too; a node left with none is
+returned as `Pruned`, a bound and no victim set (docs/semantics.md §7). Where a
+set does beat it, the answer is the one found without `beat`: branches pruned
+only by it hold no set that beats it, so the search meets the same sets first.
+`incumbent` gives a node's first answer cheaply, for others to be told. The
 search stops after MAX_WORK (steps times kinds, what a step costs) and keeps the
 best set found (docs/semantics.md §7 names the nodes that reach it).
 """
@@ -90,7 +97,12 @@ class _Search:
     """The branch and bound over kinds for one node and preemptor."""
 
     def __init__(
-        self, cluster: Cluster, potential: Sequence[Pod], deficit: dict[str, int], incumbent: list[Pod]
+        self,
+        cluster: Cluster,
+        potential: Sequence[Pod],
+        deficit: dict[str, int],
+        incumbent: list[Pod],
+        cut: tuple[int, ...] | None = None,
     ) -> None:
         self.cluster = cluster
         names = sorted(deficit)
@@ -187,6 +199,10 @@ class _Search:
         self.seen: dict[tuple[Any, ...], list[tuple[int, int, int, int, int]]] = {}
         self.best_key = disruption_key(cluster, incumbent)
         self.best: list[Pod] = list(incumbent)
+        # What a branch must beat to be searched: this node's best so far, or `cut` (another
+        # node's answer, as the least key a set here must stay below to rank before it; from
+        # `evaluate_node`'s `beat`) when that is less: then only sets that beat it are sought.
+        self.limit: tuple[int, ...] = self.best_key if cut is None else min(self.best_key, cut)
         self.taken: list[int] = [0] * m
 
     # ---- bounds ----------------------------------------------------------------------
@@ -344,6 +360,7 @@ class _Search:
             key = disruption_key(self.cluster, victims)
             if key < self.best_key:
                 self.best_key, self.best = key, victims
+                self.limit = min(self.limit, key)
 
     def _search(
         self,
@@ -368,6 +385,7 @@ class _Search:
             if key < self.best_key:
                 self.best_key = key
                 self.best = self._victims()
+                self.limit = min(self.limit, key)
             return
         m = len(self.kinds)
         if i == m:
@@ -389,9 +407,10 @@ class _Search:
         if more < 0:
             return
         floor = violations + self._violations_ahead(short, i, spent)
-        if floor > self.best_key[0]:
+        limit = self.limit
+        if floor > limit[0]:
             return
-        if floor == violations == self.best_key[0]:
+        if floor == violations == limit[0]:
             # No violation to spare, and none to come: no budget gives more pods than it has
             # room for, which may take more pods, or pods of a higher level than up to `level`.
             within = self._count(short, i, end, spent)
@@ -408,12 +427,12 @@ class _Search:
             bound = (floor, level, count + more, total + extra, -timeutil.NEVER)
         else:
             bound = (floor, level, count + more, total + more * cheapest, -earliest)
-        if bound >= self.best_key:
+        if bound >= limit:
             return
-        if bound[:3] == self.best_key[:3]:
+        if bound[:3] == limit[:3]:
             # Only the cost can decide: bound it by the relaxation that prices what each pod frees.
             priced = total + self._cost(short, i, end, more)
-            if (bound[0], bound[1], bound[2], max(bound[3], priced), bound[4]) >= self.best_key:
+            if (bound[0], bound[1], bound[2], max(bound[3], priced), bound[4]) >= limit:
                 return
         kind = self.kinds[i]
         # Never more of a kind than the shortfall needs: a set that covers without a pod is better.
@@ -509,9 +528,39 @@ class _Search:
         return [p for k, x in zip(self.kinds, self.taken, strict=True) for p in k.members[:x]]
 
 
+@dataclass(slots=True)
+class Pruned(NodeEval):
+    """A node whose search stopped once no set there could beat another node's answer.
+
+    Its `key` is a lower bound, not a key: every victim set here ranks after `beaten_by`'s
+    (key, node). It holds no victims, and no ranking may take it for an evaluation.
+    """
+
+    beaten_by: str = ""
+
+
+def _cut(beat: tuple[tuple[int, ...], str], node: str) -> tuple[int, ...]:
+    """The least key a set on `node` must stay below to rank before `beat` (node names break ties)."""
+    key, other = beat
+    # At an equal key the name decides: a node named before the other beats it with that key too.
+    return key if node > other else (*key[:-1], key[-1] + 1)
+
+
 def evaluate_node(
-    cluster: Cluster, state: NodeState, pre: Preemptor, now: int, ordered: Sequence[Pod] | None = None
+    cluster: Cluster,
+    state: NodeState,
+    pre: Preemptor,
+    now: int,
+    ordered: Sequence[Pod] | None = None,
+    *,
+    beat: tuple[tuple[int, ...], str] | None = None,
 ) -> NodeEval:
+    """The least disruptive victim set on this node, exactly.
+
+    `beat`, the (key, node) of a victim set found on another node: the search looks only
+    for sets that rank before it, and a node with none is returned as `Pruned` (a bound,
+    docs/semantics.md §7). Where one does, the answer is the one found without `beat`.
+    """
     greedy = default.evaluate_node(cluster, state, pre, now, ordered)
     if greedy.status != CANDIDATE:
         return greedy
@@ -534,8 +583,16 @@ def evaluate_node(
     potential, _ = default.potential_victims(cluster, state, pre, now, ordered)
     free = default.free_for(cluster, state, pre)
     deficit = {k: v - free.get(k, 0) for k, v in pre.requests.items() if v > free.get(k, 0)}
-    search = _Search(cluster, potential, deficit, greedy.victims)
+    cut = _cut(beat, state.node.name) if beat is not None else None
+    search = _Search(cluster, potential, deficit, greedy.victims, cut)
     search.run()
+    if cut is not None and search.capped:
+        # Capped, the search proved nothing against `beat`: as without it (the best set found).
+        cut = None
+        search = _Search(cluster, potential, deficit, greedy.victims)
+        search.run()
+    if cut is not None and beat is not None and search.best_key >= cut:
+        return _pruned(state.node.name, beat, cut, greedy)
     victims = sorted(search.best, key=lambda p: default.importance(cluster, p))
     return NodeEval(
         state.node.name,
@@ -550,4 +607,49 @@ def evaluate_node(
     )
 
 
-__all__ = ["CANDIDATE", "FITS", "REJECTED", "disruption_key", "evaluate_node"]
+def incumbent(
+    cluster: Cluster, state: NodeState, pre: Preemptor, now: int, ordered: Sequence[Pod] | None = None
+) -> tuple[int, ...] | None:
+    """The key of a victim set on this node found without searching (the greedy set, or the
+    search's first answer when better): at least the node's key, so what another node's
+    search can be told to beat (`evaluate_node`'s `beat`). None where it is no candidate."""
+    greedy = default.evaluate_node(cluster, state, pre, now, ordered)
+    if greedy.status != CANDIDATE:
+        return None
+    if pre.filters is not None and state.node.name in pre.filters.touched():
+        return disruption_key(cluster, greedy.victims)
+    potential, _ = default.potential_victims(cluster, state, pre, now, ordered)
+    free = default.free_for(cluster, state, pre)
+    deficit = {k: v - free.get(k, 0) for k, v in pre.requests.items() if v > free.get(k, 0)}
+    search = _Search(cluster, potential, deficit, greedy.victims)
+    search._seed()
+    return search.best_key
+
+
+def _pruned(node: str, beat: tuple[tuple[int, ...], str], cut: tuple[int, ...], greedy: NodeEval) -> Pruned:
+    key, other = beat
+    violations, highest, count, shifted = key[0], key[1], key[2], key[3]
+    return Pruned(
+        node,
+        CANDIDATE,
+        key=cut,
+        violations=violations,
+        expires=greedy.expires,
+        potential=greedy.potential,
+        pdbs=greedy.pdbs,
+        # The explanation's entry, said plainly: a bound, not a victim set (docs/semantics.md §7).
+        summary={
+            "node": node,
+            "notSearched": f"cannot beat {other}'s cost",
+            "costAtLeast": {
+                "pdbViolations": violations,
+                "highestVictimPriority": None if highest == -PRIORITY_SHIFT else highest,
+                "victims": count,
+                "prioritySum": shifted - count * PRIORITY_SHIFT,
+            },
+        },
+        beaten_by=other,
+    )
+
+
+__all__ = ["CANDIDATE", "FITS", "REJECTED", "Pruned", "disruption_key", "evaluate_node", "incumbent"]

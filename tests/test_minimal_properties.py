@@ -218,3 +218,77 @@ def test_an_explanation_never_searches_a_node_again(monkeypatch: Any) -> None:
     again = flows.decide(cluster, [pre.pod], now=now, config=config, index=index)
     assert len(searched) == before
     assert again.answer() == first.answer()
+
+
+# ---- branch and bound across nodes (`beat`) -----------------------------------------------
+
+
+@SETTINGS
+@given(gen.clusters(), st.randoms(use_true_random=False), st.integers(0, 4))
+def test_pruning_by_other_nodes_never_changes_the_decision(
+    raw: dict[str, Any], rnd: Any, peeked: int
+) -> None:
+    """Nodes searched in any order, each told the best set found on the others so far (their
+    searches', and cheap first answers on a few): the decision (node and victims) is the one
+    of searching every node in full, every node searched to the end has its full answer, and
+    every pruned node ranks after the decision's node."""
+    c = case_mod.load(dict(raw, config={"victimSelection": "minimal"}), where="generated")
+    cluster, pod = c.cluster, c.preemptors[0]
+    pre = default.preemptor(cluster, pod)
+    names = sorted(cluster.nodes)
+    full = {n: minimal.evaluate_node(cluster, cluster.nodes[n], pre, c.now) for n in names}
+    ranked = sorted((ev.key, n) for n, ev in full.items() if ev.status == default.CANDIDATE)
+    found: dict[str, tuple[int, ...]] = {}
+    for n in rnd.sample(names, min(peeked, len(names))):
+        first = minimal.incumbent(cluster, cluster.nodes[n], pre, c.now)
+        assert (first is None) == (full[n].status != default.CANDIDATE)
+        if first is not None:
+            assert first >= full[n].key  # a set found there: never below the node's key
+            found[n] = first
+    pruned = 0
+    for n in rnd.sample(names, len(names)):
+        beat = min(((key, m) for m, key in found.items() if m != n), default=None)
+        ev = minimal.evaluate_node(cluster, cluster.nodes[n], pre, c.now, beat=beat)
+        assert ev.status == full[n].status
+        if isinstance(ev, minimal.Pruned):
+            assert beat is not None and (full[n].key, n) > beat and (full[n].key, n) > ranked[0]
+            assert (ev.key, n) > beat and ev.key <= full[n].key  # a bound, and one that holds
+            assert ev.beaten_by == beat[1] and not ev.victims
+            assert default.criteria(ev, cluster)["notSearched"] == f"cannot beat {beat[1]}'s cost"
+            pruned += 1
+        elif ev.status == default.CANDIDATE:
+            assert (ev.key, ev.victims, ev.capped) == (full[n].key, full[n].victims, full[n].capped)
+            found[n] = ev.key
+    event(f"{pruned} node(s) pruned")
+    if ranked:
+        # The least found is a full search's (pruned nodes' first answers rank after it).
+        assert min((key, m) for m, key in found.items()) == ranked[0]
+
+
+@settings(max_examples=int(os.environ.get("MINIMAL_EXAMPLES", "200")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+@given(filled_nodes(), st.integers(-2, 2), st.integers(0, 3), st.sampled_from(("n0", "n2")))
+def test_a_search_told_to_beat_a_key_finds_the_oracles_answer_or_prunes(
+    raw: dict[str, Any], delta: int, term: int, other: str
+) -> None:
+    """Told a key near the pod-by-pod oracle's (one term moved by `delta`), from a node named
+    before or after it: the search returns the full search's set when the oracle's key ranks
+    before that key, and a bound (Pruned) when it does not."""
+    c = case_mod.load(raw, where="filled")
+    pod = c.preemptors[0]
+    pre = Preemptor(pod, c.cluster.priority(pod), pod.requests)
+    state = c.cluster.nodes["n1"]
+    want = minimal_oracle.evaluate_node(c.cluster, state, pre, c.now)
+    if want.status != default.CANDIDATE:
+        return
+    key = list(want.key)
+    key[term] += delta
+    beat = (tuple(key), other)
+    got = minimal.evaluate_node(c.cluster, state, pre, c.now, beat=beat)
+    if (want.key, "n1") < beat:
+        full = minimal.evaluate_node(c.cluster, state, pre, c.now)
+        assert not isinstance(got, minimal.Pruned)
+        assert (got.key, got.victims) == (want.key, full.victims)
+    else:
+        assert isinstance(got, minimal.Pruned)
+        event("pruned")
