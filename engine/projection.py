@@ -16,14 +16,28 @@ kept whole: selectors (PDBs, quotas, pod groups) may match any of them. Of the
 annotations, only those the engine reads are kept.
 
 docs/topics.md lists the fields (`paths()`; a test keeps them equal).
+
+The worker projects what it folds too (streams.pipeline.controller), whoever wrote the
+event: its store, its snapshots and its explanations hold only these fields. A writer
+that projects with this very list says so with HEADER = VERSION on its cluster-events
+record, and the worker then takes its objects as they are (projecting again would give
+the same: `project` is idempotent, tests/test_fold_projection.py). VERSION changes with
+FIELDS: a record marked with another version is projected again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from engine import daemonset, toleration
+
+# The allow-list's version: bump it whenever FIELDS or POD_CONDITIONS change.
+VERSION = 1
+# The cluster-events record header by which a writer declares its objects projected with
+# FIELDS of VERSION (the value, as ASCII digits). Set it only when projecting with this list.
+HEADER = "preemptctl-projection"
+HEADER_VALUE = str(VERSION).encode()
 
 # A spec node: True keeps the value whole; a mapping keeps those keys of a mapping (each
 # by its own spec); each(spec) keeps each item of a list by `spec`; keys(...) keeps the
@@ -231,3 +245,8 @@ def reads_pod_annotation(key: str) -> bool:
     kept = FIELDS["Pod"]["metadata"]["annotations"]
     assert isinstance(kept, _Keys)
     return key in kept.keys or key.startswith(kept.prefixes)
+
+
+def declared(headers: Iterable[tuple[str, bytes]]) -> bool:
+    """Do a record's headers declare its objects projected with this FIELDS (HEADER = VERSION)?"""
+    return any(k == HEADER and v == HEADER_VALUE for k, v in headers)

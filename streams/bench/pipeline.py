@@ -25,9 +25,11 @@ embedded broker, and reported side by side.
 5. projection (`--projection-runs`, 0 to skip): the fold log's objects dressed
    as a real API server holds them (streams.sim.apiserver: env, command lines,
    volumes, probes, last-applied-configuration, container statuses; node
-   images), folded as the source used to write them (whole) and as it writes
-   them now (engine.projection), alternately, each on a fresh embedded broker:
+   images), folded as the source used to write them (whole, no header: the
+   worker projects them itself) and as it writes them now (projected, with the
+   engine.projection header), alternately, each on a fresh embedded broker:
    the fold rate of each, side by side, and the mean event size of each.
+The fold log (2.) is written as the source writes it: projected, with the header.
 The result is one JSON object; the pipeline is reported as ratios of the raw rates.
 """
 
@@ -155,8 +157,15 @@ async def _produce_log(
     log: list[dict[str, Any]],
     per_record: int,
     topic: str = records.CLUSTER_EVENTS,
+    *,
+    projected: bool = True,
 ) -> int:
-    """Write the log in records of `per_record` events to `topic`; the last record's offset."""
+    """Write the log in records of `per_record` events to `topic`; the last record's offset.
+
+    `projected`: as the source writes it, each object projected (engine.projection) and every
+    record declaring so in its header, which spares the worker projecting it again; without,
+    as an older source or another writer would (whole objects, no header: the worker projects).
+    """
     producer = kafka.producer(
         linger_ms=5,
         max_batch_size=1024 * 1024,
@@ -164,13 +173,22 @@ async def _produce_log(
     )
     await connection.start(kafka, producer)
     futures = []
+    headers = [(projection.HEADER, projection.HEADER_VALUE)] if projected else None
     for i in range(0, len(log), per_record):
-        events = [{k: v for k, v in e.items() if k != "cluster"} for e in log[i : i + per_record]]
+        events = [
+            {
+                k: projection.project(v) if projected and k == "object" and isinstance(v, dict) else v
+                for k, v in e.items()
+                if k != "cluster"
+            }
+            for e in log[i : i + per_record]
+        ]
         futures.append(
             await producer.send(
                 topic,
                 key=cluster.encode(),
                 value=orjson.dumps({"v": VERSION, "cluster": cluster, "events": events}),
+                headers=headers,
             )
         )
     last = (await futures[-1]).offset
@@ -194,6 +212,7 @@ def fold_rate(
     *,
     tree: Path | None = None,
     own_topics: bool = True,
+    projected: bool = True,
 ) -> dict[str, Any]:
     """A cold worker folds the log; events/s from its own counter, first to last record it processed.
 
@@ -211,7 +230,9 @@ def fold_rate(
     # event), which the fold rate then counted as its own.
     names = topics.Names(f"{cluster}.") if own_topics else topics.DEFAULT_NAMES
     asyncio.run(topics.ensure_topics(kafka, topics.Layout(names=names).specs()))
-    last_offset = asyncio.run(_produce_log(kafka, cluster, log, per_record, names.cluster_events))
+    last_offset = asyncio.run(
+        _produce_log(kafka, cluster, log, per_record, names.cluster_events, projected=projected)
+    )
     port = process.free_loopback_port()
     store = Path(tempfile.mkdtemp(prefix="fold-", dir=tmp)) / "store"
     prefix = ("--topic-prefix", names.prefix) if own_topics else ()
@@ -263,8 +284,16 @@ def fold_projection_side_by_side(
             with embedded.EmbeddedBroker() as broker:
                 kafka = connection.KafkaConfig(bootstrap=broker.bootstrap)
                 asyncio.run(topics.ensure_topics(kafka))
+                # Whole: as an older source wrote them (no header; the worker projects them).
                 rates[label].append(
-                    fold_rate(["--broker", broker.url], kafka, events, per_record, tmp)["fold_events_per_s"]
+                    fold_rate(
+                        ["--broker", broker.url],
+                        kafka,
+                        events,
+                        per_record,
+                        tmp,
+                        projected=label == "projected",
+                    )["fold_events_per_s"]
                 )
 
     def mean_bytes(events: list[dict[str, Any]]) -> int:

@@ -305,6 +305,11 @@ RESYNC_REASONS = ("start", "expired", "crd-installed", "crd-removed", "leader")
 
 # ---- the log's writer -------------------------------------------------------------
 
+# On every record: its objects are engine.projection's of this very allow-list (every event
+# goes through Source._emit, or is a tombstone of identity fields only), so the worker need
+# not project them again (docs/topics.md, "What the worker keeps").
+PROJECTED = ((projection.HEADER, projection.HEADER_VALUE),)
+
 
 class Publisher:
     """Batches events into cluster-events records, in order, and writes them through a sink.
@@ -393,7 +398,7 @@ class Publisher:
                 try:
                     self._guard()  # one writer per log: never after the Lease has passed on
                     with SEND_SECONDS.time():
-                        await self._sink.send(self._topic, value, key=self._key)
+                        await self._sink.send(self._topic, value, key=self._key, headers=PROJECTED)
                     RECORDS.inc()
                     RECORD_BYTES.observe(len(value))
                     RECORD_EVENTS.observe(len(parts))

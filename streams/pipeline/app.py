@@ -30,7 +30,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -123,6 +123,24 @@ def faust_credentials(kafka: connection.KafkaConfig) -> faust.types.auth.Credent
     if kafka.tls:
         return faust.SSLCredentials(kafka.ssl_context)
     return None
+
+
+def follow_password(app: faust.App, kafka: connection.KafkaConfig) -> None:
+    """faust's own consumer and producer log in with the SASL password `kafka` reads now, at each
+    connection they open from here on (connection.follow), as every client of the worker does.
+
+    faust builds them with the password read at start (faust_credentials). After a rotation they
+    kept trying that one at each reconnection (a broker restart, a coordinator that moves), for
+    as long as the process lived, while the worker's own clients, built anew, got through and
+    kept it ready: it consumed nothing and said nothing. Called when partitions are assigned and
+    by the ownership check (both run once faust has built its clients); does nothing twice.
+    """
+    thread = getattr(app.consumer, "_thread", None)
+    consumer = getattr(thread, "_consumer", None)
+    producer = getattr(app.producer, "_producer", None)
+    for client in (getattr(consumer, "_client", None), getattr(producer, "client", None)):
+        if client is not None:
+            connection.follow(client, kafka)
 
 
 def build_app(
@@ -245,6 +263,7 @@ def build_app(
     admin: list[AIOKafkaAdminClient] = []  # started on first use, stopped at shutdown
 
     async def check_ownership() -> None:
+        follow_password(app, kafka)
         await ownership_check(kafka, admin, partitions, group=app_id, topic=names.cluster_events)
 
     app.timer(interval=OWNERSHIP_CHECK_INTERVAL_S)(
@@ -255,7 +274,7 @@ def build_app(
     async def fold(stream: Any) -> None:
         async for event in stream.events():
             msg = event.message
-            await partitions.handle(msg.partition, msg.offset, msg.key, msg.value)
+            await partitions.handle(msg.partition, msg.offset, msg.key, msg.value, _headers(msg.headers))
             # The worker's own lag, against the log end its consumer last fetched (no request).
             metrics.positioned(
                 msg.partition,
@@ -268,6 +287,7 @@ def build_app(
 
     @app.on_partitions_assigned.connect
     async def on_assigned(sender: Any, /, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+        follow_password(app, kafka)
         await partitions.assign(_ours(kwargs.get("assigned") or (args[0] if args else set())))
 
     @app.on_partitions_revoked.connect
@@ -283,6 +303,14 @@ def build_app(
             await client.close()
 
     return app
+
+
+def _headers(headers: Any) -> tuple[tuple[str, bytes], ...]:
+    """A consumed record's headers as (name, value) pairs (faust passes aiokafka's, or a mapping)."""
+    if not headers:
+        return ()
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return tuple((str(k), bytes(v or b"")) for k, v in items)
 
 
 async def start_producer(kafka: connection.KafkaConfig, transactional_id: str | None) -> Any:

@@ -286,8 +286,13 @@ class Controller:
 
     # ---- folding -----------------------------------------------------------------------
 
-    def handle(self, event: Mapping[str, Any]) -> list[DecisionRecord]:
+    def handle(self, event: Mapping[str, Any], *, project: bool = False) -> list[DecisionRecord]:
         """Fold one event and return the decisions it leads to; BadEvent (nothing changed) if it cannot.
+
+        `project`: the event's object may be whole (its record does not declare it projected,
+        engine.projection.declared): what is folded, held and stored is its projection. The
+        decisions are the same either way (tests/test_projection.py), and so is what is
+        rejected: an object too deep to store is refused on the whole object, as before.
 
         Every change is noted in the undo log first; on any exception the log is
         rolled back, so a rejected event leaves no trace, not even a sequence number.
@@ -300,7 +305,7 @@ class Controller:
         try:
             if not _well_formed(event):
                 raise BadEvent(records.event_problem(event) or "malformed event")
-            return self._handle(event)
+            return self._handle(event, project)
         except Exception as exc:
             undo.rollback()
             for name, value in zip(_ROLLED_BACK, scalars, strict=True):
@@ -316,7 +321,7 @@ class Controller:
         finally:
             undo.forget()
 
-    def _handle(self, event: Mapping[str, Any]) -> list[DecisionRecord]:
+    def _handle(self, event: Mapping[str, Any], project: bool = False) -> list[DecisionRecord]:
         seq = self.seq
         now = max(self.clock, timeutil.parse(event["ts"], field="ts"))
         self.clock = now
@@ -344,7 +349,8 @@ class Controller:
             return out
         # Cluster.apply with its changes noted. It normalises the object before it
         # changes anything, so a malformed object raises with the index untouched.
-        obj = event["object"]
+        whole = event["object"]
+        obj = projection.project(whole) if project else whole
         object_kind = str(obj.get("kind"))
         uid = _table_key(object_kind, obj)
         undo = self._undo
@@ -357,9 +363,13 @@ class Controller:
             self._add(self.resync, key)
         if not changed:
             return out
-        undo.key(self.dirty, key)
         # Encoded now, not when the store is written: an object the store could never write
-        # (records.MAX_OBJECT_DEPTH) is rejected with its event, the same in `replay`.
+        # (records.MAX_OBJECT_DEPTH) is rejected with its event, the same in `replay`, which
+        # folds whole objects as they are: so the whole one is checked, even when only its
+        # projection is stored.
+        if project and kind != "DELETED":
+            records.encode_object(whole)
+        undo.key(self.dirty, key)
         self.dirty[key] = None if kind == "DELETED" else records.encode_object(obj)
         if self.retry and _may_change_answers(before, table_record(self.cluster, object_kind, uid)):
             self.gen += 1
@@ -529,10 +539,16 @@ class Controller:
                     self._upsert(objects.pod(pod.raw))
                     if pod.node is not None:
                         nodes.add(pod.node)
-        ended = sorted(
-            uid
-            for uid, nom in self.nominations.items()
-            if nom.node in nodes or (refused and nom.decision_id == outcome["decisionId"])
+        # Only a node given back or a refusal ends nominations: the common outcome (every victim
+        # acted on) does not look at them, so an OUTCOME costs O(its victims), not O(nominations).
+        ended = (
+            sorted(
+                uid
+                for uid, nom in self.nominations.items()
+                if nom.node in nodes or (refused and nom.decision_id == outcome["decisionId"])
+            )
+            if nodes or refused
+            else []
         )
         for uid in ended:
             # Its room depended on victims that are not leaving, or it was refused: it ends,
@@ -737,7 +753,9 @@ class Controller:
             "leaving": dict(sorted(self.leaving.items())),
             "last": dict(sorted(self.last.items())),
             "waiting": sorted(self.waiting),
-            "retry": {u: dataclasses.astuple(r) for u, r in sorted(self.retry.items())},
+            # The fields in order, as dataclasses.astuple would give them (it deep-copies each
+            # value, and this runs for every pending preemptor at every store write).
+            "retry": {u: (r.attempts, r.due, r.since, r.gen, r.at) for u, r in sorted(self.retry.items())},
             "gen": self.gen,
             "clock": self.clock,
             "scope": None if self.scope is None else list(self.scope),

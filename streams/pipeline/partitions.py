@@ -314,7 +314,14 @@ class Partitions:
         worker = self.workers.get(partition)
         return None if worker is None else worker.position
 
-    async def handle(self, partition: int, offset: int, key: bytes | None, value: bytes) -> None:
+    async def handle(
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes,
+        headers: Iterable[tuple[str, bytes]] = (),
+    ) -> None:
         """Fold one record of an assigned partition (records of others are ignored)."""
         if await self._woke_up():
             return  # its partitions are suspended until the group gives them back
@@ -343,7 +350,7 @@ class Partitions:
                         offset,
                     )
                     worker.position = offset - 1
-            await worker.process(offset, key, value)
+            await worker.process(offset, key, value, headers)
         except PartitionBroken:
             await self._reopen(partition)  # catches up past this record, publishing what is missing
         except Stalled as exc:

@@ -25,6 +25,13 @@ whose chunks or state do not decode raises Unreadable, never anything else: a
 garbage record in this topic once kept its partition from opening for good.
 Chunks of the snapshot before the previous one are tombstoned once the new
 manifest is acknowledged; the log cleaner removes them.
+
+A manifest says with which allow-list its objects are projected (`projection`,
+engine.projection.VERSION; absent from a snapshot written before the worker
+projected what it folds, which may hold whole objects). A new snapshot does not
+keep such a one as its `previous`: the new manifest names none, and the chunks of
+both older snapshots are tombstoned once it is acknowledged, so whole objects do
+not outlive the first snapshot written after an upgrade.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from engine import projection
 from streams.kafka import topics
 from streams.kafka.reading import Message
 from streams.pipeline.outbox import Outbox, Outgoing
@@ -93,15 +101,20 @@ class Manifest:
     position: int  # the cluster-events offset the state reflects
     chunks: tuple[Chunk, ...]
     previous: Manifest | None = None  # the snapshot before, still whole (its own `previous` dropped)
+    # engine.projection.VERSION of its objects; None: written before the worker projected.
+    projection: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "v": VERSION,
             "partition": self.partition,
             "position": self.position,
             "chunks": [{"offset": c.offset, "sha256": c.sha256} for c in self.chunks],
             "previous": None if self.previous is None else self.previous.to_json(),
         }
+        if self.projection is not None:
+            out["projection"] = self.projection
+        return out
 
     @classmethod
     def from_json(cls, value: Any, *, nested: bool = False) -> Manifest:
@@ -118,15 +131,22 @@ class Manifest:
         previous = value.get("previous")
         if previous is not None and nested:
             raise Unreadable("a previous manifest has no previous of its own")
+        kept = value.get("projection")
         return cls(
             int(partition),  # type: ignore[arg-type]  # checked by _offset above
             int(position),  # type: ignore[arg-type]
             tuple(Chunk(c["offset"], c["sha256"]) for c in chunks),
             None if previous is None else cls.from_json(previous, nested=True),
+            kept if isinstance(kept, int) and not isinstance(kept, bool) else None,
         )
 
     def alone(self) -> Manifest:
-        return Manifest(self.partition, self.position, self.chunks)
+        return Manifest(self.partition, self.position, self.chunks, projection=self.projection)
+
+    @property
+    def projected(self) -> bool:
+        """Are its objects projections with this code's allow-list (no whole objects)?"""
+        return self.projection == projection.VERSION
 
 
 def _offset(value: Any) -> bool:
@@ -264,6 +284,11 @@ async def write(
 ) -> Manifest:
     """Publish a snapshot of `state` (whose `position` it reflects) and commit; the new manifest."""
     position = int(state["position"])
+    kept = state.get("projection")
+    # A previous snapshot that may hold whole objects is no fallback: it goes with this one.
+    dropped = previous if previous is not None and not previous.projected else None
+    if dropped is not None:
+        previous = None
     sent: list[str] = []
     for n, chunk in enumerate(encode(state, entries)):
         await outbox.send(Outgoing(topic, partition, chunk_key(partition, position, n), chunk))
@@ -274,12 +299,17 @@ async def write(
         position,
         tuple(Chunk(o, d) for o, d in zip(offsets, sent, strict=True)),
         None if previous is None else previous.alone(),
+        kept if isinstance(kept, int) and not isinstance(kept, bool) else None,
     )
     await outbox.send(Outgoing(topic, partition, manifest_key(partition), orjson.dumps(manifest.to_json())))
     await outbox.flush()  # the new manifest is in place before anything it replaces goes
-    gone = previous.previous if previous is not None else None
-    if gone is not None and gone.position not in (position, manifest.previous and manifest.previous.position):
-        for n in range(len(gone.chunks)):
-            await outbox.send(Outgoing(topic, partition, chunk_key(partition, gone.position, n), None))
+    gone = [previous.previous] if previous is not None else []
+    if dropped is not None:
+        gone = [dropped, dropped.previous]
+    kept_positions = (position, manifest.previous and manifest.previous.position)
+    for old in gone:
+        if old is not None and old.position not in kept_positions:
+            for n in range(len(old.chunks)):
+                await outbox.send(Outgoing(topic, partition, chunk_key(partition, old.position, n), None))
     await outbox.commit()
     return manifest

@@ -16,6 +16,14 @@ one into a fresh directory, writing the state record last, and only then puts
 it in the store's place, so a crash or a bad snapshot while loading leaves the
 store as it was.
 
+Values are objects as engine.projection keeps them: `projection` in the state
+says with which allow-list (its VERSION). A store or snapshot without it, or of
+another version, may hold whole objects (a writer that did not project, before
+the worker projected what it folds): it is re-projected as it is opened or
+loaded (`reproject`), every value rewritten in the same batch as the marker, so
+the decisions do not change (the projection folds to the same ones) and nothing
+is rebuilt from the log.
+
 A store or snapshot of the old layout (no `layout`: cluster names unescaped) is
 migrated as it is opened or loaded: each key is given to the one cluster of its
 state whose name it starts with. When two cluster names share such a prefix
@@ -34,6 +42,7 @@ from typing import Any
 import orjson
 from rocksdict import Options, Rdict, WriteBatch
 
+from engine import projection
 from streams.pipeline.faults import NONE, Faults
 
 _OBJ = b"obj/"
@@ -63,13 +72,31 @@ def migrate_key(key: bytes, clusters: Iterable[str]) -> bytes:
 def migrate(
     state: Mapping[str, Any], entries: Iterable[tuple[bytes, bytes]]
 ) -> Iterator[tuple[bytes, bytes]]:
-    """Entries of a state in the current layout (unchanged when it already is)."""
+    """Entries of a state in the current layout and projection (unchanged when they already are)."""
+    if not projected(state):
+        entries = ((key, reproject(value)) for key, value in entries)
     if state.get("layout") == LAYOUT:
         yield from entries
         return
     clusters = _separable(state)
     for key, value in entries:
         yield migrate_key(key, clusters), value
+
+
+def projected(state: Mapping[str, Any]) -> bool:
+    """Are a state's objects projections with this allow-list (engine.projection.VERSION)?"""
+    return state.get("projection") == projection.VERSION
+
+
+def reproject(value: bytes) -> bytes:
+    """A stored object as its projection (the same bytes when it is one already)."""
+    obj = orjson.loads(value)
+    return orjson.dumps(projection.project(obj)) if isinstance(obj, dict) else value
+
+
+def _marked(state: Mapping[str, Any]) -> bytes:
+    """The state record as written: with this code's key layout and projection."""
+    return orjson.dumps({**state, "layout": LAYOUT, "projection": projection.VERSION})
 
 
 def _separable(state: Mapping[str, Any]) -> list[str]:
@@ -129,7 +156,7 @@ class Store:
                     batch.delete(k)
                 else:
                     batch.put(k, obj if isinstance(obj, bytes) else orjson.dumps(obj))
-        batch.put(_STATE, orjson.dumps({**state, "layout": LAYOUT}))
+        batch.put(_STATE, _marked(state))
         self._faults.check("fail-store")  # as the write itself failing (a full disk)
         self._db.write(batch)
 
@@ -142,22 +169,25 @@ class Store:
             yield key, value
 
     def migrated(self) -> Store:
-        """This store in the current key layout (rewritten in one batch if it was of the old one).
+        """This store in the current key layout and projection (rewritten in one batch if not).
 
         Unmigratable (the store unchanged) when its clusters' old keys cannot be told apart.
         """
         state = self.state()
-        if state is None or state.get("layout") == LAYOUT:
+        if state is None or (state.get("layout") == LAYOUT and projected(state)):
             return self
-        clusters = _separable(state)
+        clusters = None if state.get("layout") == LAYOUT else _separable(state)
+        again = not projected(state)
         # Only the keys of clusters whose names hold `%` or `/` change; the rest stay as they are.
         batch = WriteBatch(raw_mode=True)
         for key, value in self.entries():
-            new = migrate_key(key, clusters)
+            new = key if clusters is None else migrate_key(key, clusters)
+            kept = reproject(value) if again else value
             if new != key:
                 batch.delete(key)
-                batch.put(new, value)
-        batch.put(_STATE, orjson.dumps({**state, "layout": LAYOUT}))
+            if new != key or kept != value:
+                batch.put(new, kept)
+        batch.put(_STATE, _marked(state))
         self._db.write(batch)
         return self
 
@@ -179,7 +209,7 @@ class Store:
                     store._db.write(batch)
                     batch = WriteBatch(raw_mode=True)
             # Last: without it the store is empty.
-            batch.put(_STATE, orjson.dumps({**state, "layout": LAYOUT}))
+            batch.put(_STATE, _marked(state))
             store._db.write(batch)
         finally:
             store.close()

@@ -60,7 +60,7 @@ from typing import Any
 import orjson
 from prometheus_client import Counter, Gauge, Histogram
 
-from engine import flows
+from engine import flows, projection
 from engine.config import Config
 from schemas import chain, records
 from schemas.records import DecisionRecord
@@ -466,7 +466,7 @@ class PartitionWorker:
             async for m in reader.read(
                 self.setup.names.cluster_events, self.partition, self.position + 1, until
             ):
-                await self.process(m.offset, m.key, m.value)
+                await self.process(m.offset, m.key, m.value, m.headers)
         await self.commit()
 
     # ---- folding ---------------------------------------------------------------------------
@@ -479,10 +479,15 @@ class PartitionWorker:
             )
         return ctl
 
-    async def process(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+    async def process(
+        self, offset: int, key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes]] = ()
+    ) -> None:
         """Fold one record and queue what it leads to; commit when one is due.
 
-        Every event ends folded or dead-lettered; Stalled when neither can be done.
+        Every event ends folded or dead-lettered; Stalled when neither can be done. The
+        record's objects are folded as its projection (engine.projection) unless its headers
+        declare them projected already (the source's do): a writer that sends whole objects
+        leaves nothing the engine does not read in the store or the snapshots.
         """
         async with self._lock:
             if self.broken is not None:
@@ -494,7 +499,7 @@ class PartitionWorker:
             if self.incarnation is None:  # the first record of a fold from scratch names the log
                 self.incarnation = incarnation_of(offset, key, value)
             try:
-                out = self._fold(offset, key, value)
+                out = self._fold(offset, key, value, not projection.declared(headers))
             except Exception as exc:
                 # Outside every per-event rule: the controllers may be half-way through the
                 # record. Nothing of it may be committed, and reopening would stop here again.
@@ -515,7 +520,7 @@ class PartitionWorker:
         pending = self.position != self.committed or self.stored != self.committed
         return pending and time.monotonic() - self._last_commit >= CHECKPOINT_INTERVAL_S
 
-    def _fold(self, offset: int, key: bytes | None, value: bytes) -> list[Outgoing]:
+    def _fold(self, offset: int, key: bytes | None, value: bytes, project: bool = True) -> list[Outgoing]:
         started = time.perf_counter()
         origin = Origin(self.setup.names.cluster_events, self.partition, offset)
         try:
@@ -529,7 +534,7 @@ class PartitionWorker:
         out: list[Outgoing] = []
         for i, event in enumerate(batch["events"]):
             try:
-                decisions = ctl.handle(event)
+                decisions = ctl.handle(event, project=project)
             except BadEvent as exc:
                 where = dataclasses.replace(origin, index=i)
                 out.append(self._dead(key, _encoded(event), where, exc.error_class, str(exc)))
@@ -713,6 +718,10 @@ class PartitionWorker:
             return False
         if self.manifest is None:
             return True  # the first one right away, while the state is small
+        if not self.manifest.projected or (
+            self.manifest.previous is not None and not self.manifest.previous.projected
+        ):
+            return True  # it may hold whole objects: replaced (and tombstoned) right away
         objects = sum(len(c.cluster.pods) + len(c.cluster.nodes) for c in self.controllers.values())
         policy = self.setup.snapshots
         return self.since_snapshot >= max(policy.min_events, policy.events_per_object * objects)
