@@ -95,7 +95,27 @@ def is_job_pod(cluster: Cluster, pod: Pod) -> bool:
 
 def is_preemptible(pod: Pod, config: Config) -> bool:
     """The preemptible label decides; without it, preemptible unless disableDefaultPreemptible."""
-    return preemptible_by(pod.labels.get(PREEMPTIBLE), config)
+    label = pod.labels.get(PREEMPTIBLE)
+    if label is None:
+        return not config.quota.disable_default_preemptible
+    return label.strip().lower() == "true"
+
+
+def _preemptible_by_default(pod: Pod) -> bool:
+    """`is_preemptible` when disableDefaultPreemptible is off: one call per pod, for summaries."""
+    label = pod.labels.get(PREEMPTIBLE)
+    return True if label is None else label.strip().lower() == "true"
+
+
+def _preemptible_if_labelled(pod: Pod) -> bool:
+    """`is_preemptible` when disableDefaultPreemptible is on."""
+    label = pod.labels.get(PREEMPTIBLE)
+    return False if label is None else label.strip().lower() == "true"
+
+
+def keeper(config: Config) -> Callable[[Pod], bool]:
+    """`is_preemptible` under `config` as a one-argument function (summaries call it per pod)."""
+    return _preemptible_if_labelled if config.quota.disable_default_preemptible else _preemptible_by_default
 
 
 def preemptible_by(label: str | None, config: Config) -> bool:
@@ -334,6 +354,10 @@ class _Placer:
     plan already placed members or committed victims, nodes where a member was
     nominated by an earlier round, and nodes running pods of the same group
     (which are never its victims).
+
+    Nothing in the cluster changes during a decision, so a node's eligible pods are
+    listed once, and a view's evaluation is kept until the plan places a member on
+    that node: the next member of the same shape reads it again (`_view_key`).
     """
 
     cluster: Cluster
@@ -346,6 +370,9 @@ class _Placer:
     plan: _Plan = field(default_factory=_Plan)
     _uids: set[str] = field(default_factory=set)
     _group_nodes: set[str] = field(default_factory=set)
+    _evictable: dict[str, dict[str, Pod]] = field(default_factory=dict)
+    _views: dict[tuple[Any, ...], NodeEval] = field(default_factory=dict)
+    _last: tuple[Any, Any] | None = None  # (signature, ranking) of the previous member
 
     def __post_init__(self) -> None:
         first = self.members[0]
@@ -356,49 +383,104 @@ class _Placer:
                 p.node for p in self.cluster.bound_in_group(first.namespace, group) if p.node
             }
 
-    def keep(self, pod: Pod) -> bool:
-        return is_preemptible(pod, self.config)
-
     def evictable(self, name: str) -> dict[str, Pod]:
         """Job-eligible victims on a node: preemptible, lower priority, tolerating no member, not in the job.
 
         Terminating and soft-evicted pods stay eligible: their capacity is leaving anyway
         and listing them again costs nothing (docs/semantics.md §1). The toleration test
         uses the lowest member priority: a victim that tolerates any member tolerates that one.
+        The same for every member: listed once per node and decision (read it, never change it).
         """
+        held = self._evictable.get(name)
+        if held is not None:
+            return held
         first = self.members[0]
         group = first.labels.get(POD_GROUP)
+        namespace = first.namespace
         out: dict[str, Pod] = {}
         state = self.cluster.nodes.get(name)
         if state is None:
             return out
+        cluster, priority, now, uids = self.cluster, self.priority, self.now, self._uids
+        preemptible = keeper(self.config)
         for pod in state.pods.values():
-            if pod.uid in self._uids or (
-                group and pod.namespace == first.namespace and pod.labels.get(POD_GROUP) == group
+            if pod.uid in uids or (
+                group and pod.namespace == namespace and pod.labels.get(POD_GROUP) == group
             ):
                 continue
-            if self.cluster.priority(pod) >= self.priority or not is_preemptible(pod, self.config):
+            if cluster.priority(pod) >= priority or not preemptible(pod):
                 continue
-            if self.cluster.tolerates(pod, preemptor_priority=self.priority, now=self.now):
+            if cluster.tolerates(pod, preemptor_priority=priority, now=now):
                 continue
             out[pod.uid] = pod
+        self._evictable[name] = out
         return out
+
+    def _view_key(self, member: Pod, name: str) -> tuple[Any, ...]:
+        """What a view's evaluation reads that can differ between members and plan steps.
+
+        The plan at the node (it only grows: how many members and victims it holds),
+        what the node filters read of the member (`index.filter_signature`) and its
+        requests, and its uid where it is nominated to the node (a nomination of its
+        own is not counted against it).
+        """
+        plan = self.plan
+        nominated = member.uid in self.cluster.nominated_on(name) or any(
+            m.uid == member.uid for m in self.nominees.get(name, ())
+        )
+        return (
+            name,
+            len(plan.on_node.get(name, ())),
+            len(plan.committed.get(name, ())),
+            member.tolerations,
+            member.node_selector,
+            member.required_affinity,
+            tuple(sorted(member.requests.items())),
+            member.uid if nominated else None,
+        )
+
+    def _evaluate_view(self, member: Pod, pre: Preemptor, name: str, evaluate: Any) -> NodeEval:
+        key = self._view_key(member, name)
+        held = self._views.get(key)
+        if held is not None:
+            return held
+        cluster = self.cluster
+        counted = [
+            m
+            for m in self.nominees.get(name, [])
+            if m.uid != member.uid and cluster.priority(m) >= self.priority
+        ]
+        view = _view(cluster.nodes[name], self.evictable(name), self.plan, counted)
+        ev: NodeEval = evaluate(cluster, view, pre, self.now)
+        self._views[key] = ev
+        return ev
+
+    def _ranking(self, pre: Preemptor, mode: str) -> Any:
+        """The index's ranking for this member; the previous member's when their signatures match.
+
+        Nothing in the cluster changes between two members of one decision, so asking
+        the index again for the same signature would only catch up on nothing.
+        """
+        kind = job_kind(self.config)
+        sig = index_mod.signature(pre, mode, kind)
+        if self._last is not None and self._last[0] == sig:
+            return self._last[1]
+        ranking = self.index.ranking(pre, self.now, mode, kind, keeper(self.config))
+        self._last = (sig, ranking)
+        return ranking
 
     def place(self, member: Pod) -> _MemberChoice:
         cluster, plan, mode = self.cluster, self.plan, self.config.victim_selection
         pre = Preemptor(member, self.priority, member.requests)
-        ranking = self.index.ranking(pre, self.now, mode, job_kind(self.config), self.keep)
-        special = {*plan.on_node, *plan.committed, *self.nominees, *self._group_nodes} & set(cluster.nodes)
+        ranking = self._ranking(pre, mode)
+        nodes = cluster.nodes
+        special = {
+            n for n in (*plan.on_node, *plan.committed, *self.nominees, *self._group_nodes) if n in nodes
+        }
         evaluate = index_mod.evaluator(mode)
         views: dict[str, NodeEval] = {}
         for name in sorted(special):
-            counted = [
-                m
-                for m in self.nominees.get(name, [])
-                if m.uid != member.uid and cluster.priority(m) >= self.priority
-            ]
-            view = _view(cluster.nodes[name], self.evictable(name), plan, counted)
-            views[name] = evaluate(cluster, view, pre, self.now)
+            views[name] = self._evaluate_view(member, pre, name, evaluate)
         fitting = sorted(
             n
             for n in (ranking.fitting(views), *(n for n, e in views.items() if e.status == default.FITS))
