@@ -9,6 +9,7 @@ PDB budgets per node. Keep it obvious rather than fast.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -64,22 +65,34 @@ def _tolerates(cluster: Cluster, victim: Pod, preemptor_priority: int, now: int)
     )
 
 
-def violations_of(cluster: Cluster, victims: list[Pod]) -> int:
+def _covers(pdb: Any, pod: Pod) -> bool:
+    """Does this PDB count the pod (its namespace, a non-empty selector, not already disrupted)?"""
+    if pdb.namespace != pod.namespace or pdb.selector is None or pdb.selector.empty:
+        return False
+    return bool(pod.labels) and pdb.selector.matches(pod.labels) and pod.name not in pdb.disrupted
+
+
+def violations_of(
+    cluster: Cluster, victims: list[Pod], covering: Callable[[Pod], list[Any]] | None = None
+) -> int:
     """How many of these victims, evicted together, exceed a PDB's budget (each victim counted once).
 
     Every PDB's budget is spent by its matching victims, most important first
     (pods already in its disruptedPods spend nothing); a victim is a violation
-    when some PDB matching it has no budget left for it.
+    when some PDB matching it has no budget left for it. `covering`, when given,
+    lists the PDBs covering a pod by uid (as the walk below finds them).
     """
+    pdbs = sorted(cluster.pdbs.values(), key=lambda b: b.uid)
+
+    def walk(p: Pod) -> list[Any]:
+        return [pdb for pdb in pdbs if _covers(pdb, p)]
+
+    covers = walk if covering is None else covering
     spent: dict[str, int] = {}
     count = 0
     for v in sorted(victims, key=lambda p: _more_important(cluster, p)):
         over = False
-        for pdb in sorted(cluster.pdbs.values(), key=lambda b: b.uid):
-            if pdb.namespace != v.namespace or pdb.selector is None or pdb.selector.empty:
-                continue
-            if not v.labels or not pdb.selector.matches(v.labels) or v.name in pdb.disrupted:
-                continue
+        for pdb in covers(v):
             spent[pdb.uid] = spent.get(pdb.uid, 0) + 1
             if spent[pdb.uid] > pdb.disruptions_allowed:
                 over = True
@@ -222,14 +235,66 @@ def _preemptible(pod: Pod, config: Any) -> bool:
     return (not config.quota.disable_default_preemptible) if label is None else label
 
 
-def _admits(cluster: Cluster, quota: Any, members: list[Pod], config: Any, gone: list[Pod]) -> bool:
+class _Snapshot:
+    """What one job decision reads of the cluster, listed once: the cluster does not change
+    during the call, so scanning every pod again for each node, member or reprieved pod (as
+    the rules read) gives the same lists. Pods are told apart by uid, which is what
+    `p in pods` compares of two pods from the same cluster."""
+
+    def __init__(self, cluster: Cluster, uids: set[str], prio: int) -> None:
+        self.bound = _bound(cluster)
+        self.on_node: dict[str, list[Pod]] = {}
+        for p in self.bound:
+            self.on_node.setdefault(p.node or "", []).append(p)
+        # `_promised(cluster, name, uids, prio)` for every node at once.
+        self.promised: dict[str, list[Pod]] = {}
+        for p in cluster.pods.values():
+            if (
+                p.node is None
+                and not p.terminal
+                and p.nominated is not None
+                and p.uid not in uids
+                and _prio(cluster, p) >= prio
+            ):
+                self.promised.setdefault(p.nominated, []).append(p)
+        # `_quota_of` reads a pod's namespace and quota label only.
+        self._quotas: dict[tuple[str, str], Any] = {}
+        self._charged: dict[str, list[Pod]] = {}
+        self._covering: dict[str, list[Any]] = {}
+        # PDBs by uid (as `_classify` walks them), grouped by namespace (its first test).
+        self.pdbs: dict[str, list[Any]] = {}
+        for pdb in sorted(cluster.pdbs.values(), key=lambda b: b.uid):
+            self.pdbs.setdefault(pdb.namespace, []).append(pdb)
+
+    def quota_of(self, cluster: Cluster, pod: Pod) -> Any:
+        key = (pod.namespace, pod.labels.get(_QUOTA) or "")
+        if key not in self._quotas:
+            self._quotas[key] = _quota_of(cluster, pod)
+        return self._quotas[key]
+
+    def charged_to(self, cluster: Cluster, quota: Any) -> list[Pod]:
+        """The bound pods charged to `quota`, in `bound` order."""
+        if quota.uid not in self._charged:
+            self._charged[quota.uid] = [p for p in self.bound if self.quota_of(cluster, p) is quota]
+        return self._charged[quota.uid]
+
+    def covering(self, pod: Pod) -> list[Any]:
+        """The PDBs covering the pod, by uid (`_covers`)."""
+        if pod.uid not in self._covering:
+            self._covering[pod.uid] = [b for b in self.pdbs.get(pod.namespace, []) if _covers(b, pod)]
+        return self._covering[pod.uid]
+
+
+def _admits(
+    cluster: Cluster, quota: Any, members: list[Pod], config: Any, gone: list[Pod], snap: _Snapshot
+) -> bool:
     """The seed's formulas for one quota, with `gone` (victims) no longer using it."""
-    charged = [p for p in _bound(cluster) if _quota_of(cluster, p) is quota and p not in gone]
-    mine = [m for m in members if _quota_of(cluster, m) is quota]
+    left = {p.uid for p in gone}
+    charged = [p for p in snap.charged_to(cluster, quota) if p.uid not in left]
+    mine = [m for m in members if snap.quota_of(cluster, m) is quota]
     np_members = [m for m in mine if not _preemptible(m, config)]
     p_members = [m for m in mine if _preemptible(m, config)]
-    np_charged = [p for p in cluster.pods.values() if p.node is not None and not p.terminal]
-    np_charged = [p for p in np_charged if _quota_of(cluster, p) is quota and not _preemptible(p, config)]
+    np_charged = [p for p in snap.charged_to(cluster, quota) if not _preemptible(p, config)]
     for r in sorted(set(quota.min) | set(quota.max)):
         lo = quota.min.get(r, 0)
         used = sum(p.requests.get(r, 0) for p in charged)
@@ -266,26 +331,32 @@ def decide_job(cluster: Cluster, pods: list[Pod], now: int, config: Any) -> dict
     uids = {m.uid for m in gang}
     group, ns = gang[0].labels.get(_GROUP), gang[0].namespace
     prio = min(_prio(cluster, m) for m in gang)
+    snap = _Snapshot(cluster, uids, prio)
     quotas = []
     for m in gang:
-        q = _quota_of(cluster, m)
+        q = snap.quota_of(cluster, m)
         if q is not None and q not in quotas:
             quotas.append(q)
     nothing: dict[str, Any] = {"node": None, "victims": []}
-    if not all(_admits(cluster, q, gang, config, []) for q in quotas):
+    if not all(_admits(cluster, q, gang, config, [], snap) for q in quotas):
         return {"outcome": "unschedulable", **nothing}
 
+    eligibility: dict[str, bool] = {}  # by uid: it reads the pod alone
+
     def eligible(p: Pod) -> bool:
-        return (
-            p.uid not in uids
-            and not (group and p.namespace == ns and p.labels.get(_GROUP) == group)
-            and _prio(cluster, p) < prio
-            and _preemptible(p, config)
-            and not _tolerates(cluster, p, prio, now)
-        )
+        if p.uid not in eligibility:
+            eligibility[p.uid] = (
+                p.uid not in uids
+                and not (group and p.namespace == ns and p.labels.get(_GROUP) == group)
+                and _prio(cluster, p) < prio
+                and _preemptible(p, config)
+                and not _tolerates(cluster, p, prio, now)
+            )
+        return eligibility[p.uid]
 
     placed: dict[str, str] = {}  # member uid -> node
     committed: list[Pod] = []
+    gone: set[str] = set()  # the uids of `committed`
     unplaced = False
     for m in gang:
         fits_on: list[str] = []
@@ -294,35 +365,37 @@ def decide_job(cluster: Cluster, pods: list[Pod], now: int, config: Any) -> dict
             node = cluster.nodes[name].node
             if placement.unresolvable(node, m) is not None:
                 continue
-            here = [p for p in _bound(cluster) if p.node == name and p not in committed]
+            here = [p for p in snap.on_node.get(name, []) if p.uid not in gone]
             here += [g for g in gang if placed.get(g.uid) == name]
-            promised = _promised(cluster, name, uids, prio)
+            promised = snap.promised.get(name, [])
             if _fits(m.requests, node.allocatable, here + promised):
                 fits_on.append(name)
                 continue
             potential = [p for p in here if p.uid not in placed and eligible(p)]
-            rest = [p for p in here if p not in potential]
+            chosen = {p.uid for p in potential}
+            rest = [p for p in here if p.uid not in chosen]
             if not _fits(m.requests, node.allocatable, rest + promised):
                 continue
             potential.sort(key=lambda p: _more_important(cluster, p))
-            flagged = _classify(cluster, potential)
+            flagged = {p.uid for p in _classify(cluster, potential, snap)}
             victims: list[Pod] = []
             for group_of in (
-                [p for p in potential if p in flagged],
-                [p for p in potential if p not in flagged],
+                [p for p in potential if p.uid in flagged],
+                [p for p in potential if p.uid not in flagged],
             ):
                 for p in group_of:
                     rest.append(p)
                     if not _fits(m.requests, node.allocatable, rest + promised):
-                        rest.remove(p)
+                        rest.pop()  # p, just appended (`rest.remove(p)`: no other pod equals it)
                         victims.append(p)
-            ranked.append((_key(cluster, victims, name), name, victims))
+            ranked.append((_key(cluster, victims, name, snap), name, victims))
         if fits_on:
             placed[m.uid] = fits_on[0]
         elif ranked:
             _, name, victims = min(ranked)
             placed[m.uid] = name
-            committed += [v for v in victims if v not in committed]
+            committed += [v for v in victims if v.uid not in gone]
+            gone |= {v.uid for v in victims}
         else:
             unplaced = True
             break
@@ -341,12 +414,8 @@ def decide_job(cluster: Cluster, pods: list[Pod], now: int, config: Any) -> dict
         held = cluster.pods.get(m.uid, m)
         node_name = held.nominated if held.node is None else None
         if node_name and node_name in cluster.nodes:
-            for p in _bound(cluster):
-                if (
-                    p.node == node_name
-                    and _prio(cluster, p) < prio
-                    and (p.deleting or _flag(p.labels.get(_SOFT)))
-                ):
+            for p in snap.on_node.get(node_name, []):
+                if _prio(cluster, p) < prio and (p.deleting or _flag(p.labels.get(_SOFT))):
                     return {"outcome": "wait", **nothing}
     if unplaced:
         return {"outcome": "unschedulable", **nothing}
@@ -354,20 +423,20 @@ def decide_job(cluster: Cluster, pods: list[Pod], now: int, config: Any) -> dict
     for name in sorted(set(placed.values())):
         node = cluster.nodes[name].node
         need = [m for m in gang if placed[m.uid] == name]
-        promised = _promised(cluster, name, uids, prio)
-        here = [p for p in _bound(cluster) if p.node == name]
+        promised = snap.promised.get(name, [])
+        here = snap.on_node.get(name, [])
         pool = sorted((p for p in here if eligible(p)), key=lambda p: _more_important(cluster, p))
-        kept = [p for p in here if p not in pool]
+        kept = [p for p in here if not eligible(p)]
         for p in pool:
             kept.append(p)
-            q = _quota_of(cluster, p)
+            q = snap.quota_of(cluster, p)
             ok = all(
                 _fits(m.requests, node.allocatable, kept + promised + [x for x in need if x is not m])
                 for m in need
             )
-            if ok and (q is None or q not in quotas or _admits(cluster, q, gang, config, victims)):
+            if ok and (q is None or q not in quotas or _admits(cluster, q, gang, config, victims, snap)):
                 continue
-            kept.remove(p)
+            kept.pop()  # p, just appended
             victims.append(p)
     return {"outcome": "preempt", **_where(gang, where), "victims": sorted(v.key for v in victims)}
 
@@ -378,27 +447,29 @@ def _where(gang: list[Pod], where: dict[str, str]) -> dict[str, Any]:
     return {"placements": dict(sorted(where.items()))}
 
 
-def _classify(cluster: Cluster, potential: list[Pod]) -> list[Pod]:
+def _classify(cluster: Cluster, potential: list[Pod], snap: _Snapshot) -> list[Pod]:
     """The PDB-violating pods among `potential` (importance order): upstream's classification."""
     budgets: dict[str, int] = {}
     flagged = []
     for p in potential:
-        for pdb in sorted(cluster.pdbs.values(), key=lambda b: b.uid):
-            if pdb.namespace != p.namespace or pdb.selector is None or pdb.selector.empty:
-                continue
-            if not p.labels or not pdb.selector.matches(p.labels) or p.name in pdb.disrupted:
-                continue
+        for pdb in snap.covering(p):
             budgets[pdb.uid] = budgets.get(pdb.uid, pdb.disruptions_allowed) - 1
             if budgets[pdb.uid] < 0 and p not in flagged:
                 flagged.append(p)
     return flagged
 
 
-def _key(cluster: Cluster, victims: list[Pod], name: str) -> tuple[int, ...]:
+def _key(cluster: Cluster, victims: list[Pod], name: str, snap: _Snapshot) -> tuple[int, ...]:
     prios = [_prio(cluster, v) for v in victims]
     highest = max(prios)
     earliest = min(v.start for v in victims if _prio(cluster, v) == highest)
-    return (violations_of(cluster, victims), highest, sum(p + SHIFT for p in prios), len(victims), -earliest)
+    return (
+        violations_of(cluster, victims, snap.covering),
+        highest,
+        sum(p + SHIFT for p in prios),
+        len(victims),
+        -earliest,
+    )
 
 
 # ---- the DaemonSet flow, literally (docs/semantics.md §6) -------------------------------------
