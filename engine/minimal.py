@@ -410,7 +410,8 @@ class _Search:
         limit = self.limit
         if floor > limit[0]:
             return
-        if floor == violations == limit[0]:
+        tight = floor == violations == limit[0]
+        if tight:
             # No violation to spare, and none to come: no budget gives more pods than it has
             # room for, which may take more pods, or pods of a higher level than up to `level`.
             within = self._count(short, i, end, spent)
@@ -431,7 +432,7 @@ class _Search:
             return
         if bound[:3] == limit[:3]:
             # Only the cost can decide: bound it by the relaxation that prices what each pod frees.
-            priced = total + self._cost(short, i, end, more)
+            priced = total + self._cost(short, i, end, more, spent if tight else None)
             if (bound[0], bound[1], bound[2], max(bound[3], priced), bound[4]) >= limit:
                 return
         kind = self.kinds[i]
@@ -465,26 +466,37 @@ class _Search:
                 return
         self._search(i + 1, short, simple, spent, tangled, overlapping, highest, count, total, earliest)
 
-    def _cost(self, short: Sequence[int], start: int, end: int, more: int) -> int:
+    def _cost(
+        self, short: Sequence[int], start: int, end: int, more: int, spent: dict[str, int] | None = None
+    ) -> int:
         """A lower bound on the shifted priorities of `more` pods of kinds[start:end+1] that free `short`.
 
         Lagrangian relaxation per short resource: for any price l >= 0, every such set
         costs at least l * shortfall + the `more` least (priority - l * frees) among the
         pods. Any price gives a bound; a few fixed ones (`COST_PRICES`, kinds ordered for
-        each once per search) give most of the best one's.
+        each once per search) give most of the best one's. With `spent`, as `_count`: of
+        a budget's pods only as many as it still allows.
         """
         kinds = self.kinds
+        allowed = self.allowed
         best = float(more * kinds[start].priority)  # every pod at the cheapest priority
         for r, need in enumerate(short):
             if need <= 0:
                 continue
             for price, order in self.priced[r]:
                 total, left = price * need, more
+                rooms: dict[str, int] = {}
                 for i in order:
                     if i < start or i > end:
                         continue
                     k = kinds[i]
                     take = min(len(k.members), left)
+                    if spent is not None and k.budget:
+                        room = rooms.get(k.budget)
+                        if room is None:
+                            room = max(0, allowed[k.budget] - spent.get(k.budget, 0))
+                        take = min(take, room)
+                        rooms[k.budget] = room - take
                     total += (k.priority - price * k.frees[r]) * take
                     left -= take
                     if not left:
