@@ -384,3 +384,65 @@ async def _until_visible(admin: object, principal: str, acl: acls.Acl) -> None:
         if loop.time() > deadline:
             raise TimeoutError(f"ACLs of {principal} not visible after {ACL_VISIBLE_TIMEOUT_S:g} s")
         await asyncio.sleep(0.1)
+
+
+# kafka-configs (ConfigCommand) starts a JVM: seconds, more on a loaded machine.
+CONFIG_COMMAND_TIMEOUT_S = 120.0
+# A changed SCRAM credential reaches the broker through the metadata log: polled until it does.
+SCRAM_VISIBLE_TIMEOUT_S = 30.0
+
+
+def set_scram_password(kafka: SecureKafka, user: str, password: str) -> None:
+    """Create `user`'s SCRAM-SHA-512 credential, or rotate its password, on the running broker, as
+    an operator does: `kafka-configs --bootstrap-server ... --alter --add-config
+    'SCRAM-SHA-512=[password=...]' --entity-type users --entity-name USER`
+    (kafka.admin.ConfigCommand), as the admin super user over SASL_SSL. (One mechanism per
+    request: the broker refuses to alter one user's credentials twice in one request.) Returns
+    once a client can log in with `password`; `kafka.passwords[user]` is then `password`."""
+    root = kafka.pki.root
+    admin = root / f"admin-{secrets.token_hex(4)}.properties"
+    admin.write_text(
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{ADMIN}" password="{kafka.passwords[ADMIN]}";\n'
+        f"ssl.truststore.location={kafka.pki.truststore}\n"
+        f"ssl.truststore.password={kafka.pki.password}\n"
+        "ssl.truststore.type=PKCS12\n"
+    )
+    argv = [
+        "kafka.admin.ConfigCommand",
+        "--bootstrap-server", kafka.sasl_bootstrap,
+        "--command-config", str(admin),
+        "--alter",
+        "--add-config", f"SCRAM-SHA-512=[password={password}]",
+        "--entity-type", "users",
+        "--entity-name", user,
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(
+            kafka.broker._java_command(*argv),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=CONFIG_COMMAND_TIMEOUT_S,
+        )
+    finally:
+        admin.unlink(missing_ok=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"kafka-configs --alter for {user} failed: {(done.stderr or done.stdout)[-500:]}")
+    kafka.passwords[user] = password
+    asyncio.run(_until_login(kafka.config(user)))
+
+
+async def _until_login(kafka: connection.KafkaConfig) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SCRAM_VISIBLE_TIMEOUT_S
+    while True:
+        try:
+            await connection.reach(kafka, timeout_s=connection.PROBE_ATTEMPT_TIMEOUT_S, once=True)
+            return
+        except connection.BrokerUnreachable:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.2)

@@ -30,11 +30,12 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import logging
 import os
 import re
 import ssl
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,8 @@ from streams.common.errors import BadBrokerUrl, UsageError
 if TYPE_CHECKING:  # the client itself is imported where it is used: reading a file needs none of it
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient
+
+_log = logging.getLogger("preemptctl.kafka")
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # What aiokafka speaks without extra libraries. GSSAPI needs Kerberos bindings and
@@ -97,18 +100,42 @@ _JAAS_MECHANISMS = {
 
 
 class Secret:
-    """A secret value; printing, repr or formatting it shows only that it is there."""
+    """A secret value; printing, repr or formatting it shows only that it is there.
 
-    __slots__ = ("_value",)
+    With `source`, the value is read again from where it came from each time it is revealed
+    (a mounted Secret that the kubelet updates: a rotated SASL password), so every client
+    built after a rotation logs in with the new value; when the source cannot be read, the
+    last value read is kept (and the reason logged once).
+    """
 
-    def __init__(self, value: str) -> None:
+    __slots__ = ("_failed", "_source", "_value")
+
+    def __init__(self, value: str, *, source: Callable[[], str] | None = None) -> None:
         self._value = value
+        self._source = source
+        self._failed: str | None = None
         # Every password resolved from a config is masked from here on, in every log line and
         # printed error, whoever writes it (streams.common.logs: a library's debug line, say).
         logs.secret(value)
 
     def reveal(self) -> str:
+        if self._source is not None:
+            self._reread(self._source)
         return self._value
+
+    def _reread(self, source: Callable[[], str]) -> None:
+        try:
+            value = source()
+        except (UsageError, OSError, ValueError) as exc:
+            if str(exc) != self._failed:
+                _log.warning("%s; the password read before is used", exc)
+            self._failed = str(exc)
+            return
+        self._failed = None
+        if value != self._value:
+            logs.secret(value)  # masked before anything can log it
+            self._value = value
+            _log.info("the SASL password changed where it is read from: new connections use the new one")
 
     def __repr__(self) -> str:
         return "Secret('***')"
@@ -119,7 +146,7 @@ class Secret:
         return isinstance(other, Secret) and other._value == self._value
 
     def __hash__(self) -> int:
-        return hash(self._value)
+        return hash(Secret)  # constant: a followed value changes, and equal ones hash alike
 
 
 class BrokerUnavailable(RuntimeError):
@@ -211,17 +238,63 @@ class KafkaConfig:
     def producer(self, **kwargs: Any) -> AIOKafkaProducer:
         from aiokafka import AIOKafkaProducer
 
-        return AIOKafkaProducer(**self.client_kwargs(), **kwargs)
+        producer = AIOKafkaProducer(**self.client_kwargs(), **kwargs)
+        follow(producer.client, self)
+        return producer
 
     def consumer(self, *topics: str, **kwargs: Any) -> AIOKafkaConsumer:
         from aiokafka import AIOKafkaConsumer
 
-        return AIOKafkaConsumer(*topics, **self.client_kwargs(), **kwargs)
+        consumer = AIOKafkaConsumer(*topics, **self.client_kwargs(), **kwargs)
+        follow(consumer._client, self)
+        return consumer
 
     def admin(self, **kwargs: Any) -> AIOKafkaAdminClient:
         from aiokafka.admin import AIOKafkaAdminClient
 
-        return AIOKafkaAdminClient(**self.client_kwargs(), **kwargs)
+        admin = AIOKafkaAdminClient(**self.client_kwargs(), **kwargs)
+        follow(admin._client, self)
+        return admin
+
+
+class _Following:
+    """Marks an aiokafka client whose SASL password is read again at each connection (`follow`)."""
+
+
+def _current_password(client: Any) -> str:
+    secret: Secret = client.__dict__["_preemptctl_password"]
+    return secret.reveal()
+
+
+def _set_password(client: Any, value: str) -> None:
+    pass  # aiokafka sets it once, in __init__ (before `follow`); the Secret is the source
+
+
+_FOLLOWING: dict[type, type] = {}  # aiokafka's client class -> its following subclass
+
+
+def _following(cls: type) -> type:
+    if cls not in _FOLLOWING:
+        attrs = {"_sasl_plain_password": property(_current_password, _set_password)}
+        _FOLLOWING[cls] = type(cls.__name__, (cls, _Following), attrs)
+    return _FOLLOWING[cls]
+
+
+def follow(client: Any, kafka: KafkaConfig) -> None:
+    """Make `client` (an aiokafka AIOKafkaClient: a producer's `client`, a consumer's or admin
+    client's `_client`) log in with the SASL password `kafka` reads *now* on every connection it
+    opens from here on, not the one it was built with.
+
+    aiokafka keeps the password it was given and logs in with it at each new connection (a
+    broker restart, an idle connection closed after 9 minutes, a coordinator that moves):
+    after a rotation such a client would be refused for as long as it lives, even once the new
+    Secret is mounted. Only a password read from a file (`load` with --kafka-config) is followed.
+    """
+    secret = kafka.sasl_password
+    if secret is None or secret._source is None or isinstance(client, _Following):
+        return
+    client.__dict__["_preemptctl_password"] = secret
+    client.__class__ = _following(type(client))
 
 
 Connect = KafkaConfig | str
@@ -651,13 +724,42 @@ def load(
         props = read_properties(text, where=config_file)
     if bootstrap_timeout_s <= 0:
         raise UsageError(f"--bootstrap-timeout must be positive, got {bootstrap_timeout_s:g}")
-    return parse(
+    config = parse(
         props,
         bootstrap=bootstrap,
         where=where,
         bootstrap_timeout_s=bootstrap_timeout_s,
         require_bootstrap=require_bootstrap,
     )
+    if config_file and config.sasl_password is not None:
+        # A rotated password reaches the file (or the mounted Secret it names) while the process
+        # runs: each new connection reads it again (connections already open stay logged in).
+        source = functools.partial(sasl_password_in, config_file, username=config.sasl_username)
+        followed = Secret(config.sasl_password.reveal(), source=source)
+        config = dataclasses.replace(config, sasl_password=followed)
+    return config
+
+
+def sasl_password_in(config_file: str, *, username: str | None) -> str:
+    """The SASL password `config_file` gives now: its sasl.password or sasl.jaas.config, with
+    ${directory:...}, ${file:...} and ${env:...} resolved again. UsageError (no secret in it) when
+    it cannot be read, holds none, or names another user than `username` (a restart reads that)."""
+    try:
+        text = Path(config_file).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read --kafka-config {config_file} again: {exc}") from exc
+    props = read_properties(text, where=config_file)
+    keys = ("sasl.username", "sasl.password", "sasl.jaas.config")
+    values = {k: _resolve(props[k], key=k, where=config_file) for k in keys if k in props}
+    user, password = values.get("sasl.username"), values.get("sasl.password")
+    if "sasl.jaas.config" in values:
+        _, user, password = _jaas(values["sasl.jaas.config"], where=config_file)
+    if password is None:
+        raise UsageError(f"{config_file}: no SASL password any more")
+    if user != username:
+        raise UsageError(f"{config_file}: the SASL user changed: only a restart logs in as another user")
+    logs.secret(password)
+    return password
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
