@@ -90,6 +90,15 @@ FETCH_MAX_WAIT_MS = 10
 # Decisions handled per poll; each may take seconds (PDB retries), and the group
 # must hear from us within max.poll.interval.ms, so take few at a time.
 MAX_POLL_RECORDS = 10
+# Superseding looks past the batch being handled when more decisions wait behind it: a
+# second, group-less reader reads on to the log's end, at most this many records a poll, so
+# a decision with a later one for its preemptor waiting anywhere behind it is refused, not
+# only one fetched in the same batch of MAX_POLL_RECORDS. Each is verified once more (an
+# Ed25519 check is ~0.1 ms): the bound keeps one poll of a far-behind actuator under a second.
+LOOKAHEAD_MAX_RECORDS = 5_000
+# How long the look-ahead waits for records it knows are there (the log's end) before giving
+# up for this poll: a slow fetch delays acting on the batch by at most this.
+LOOKAHEAD_FETCH_TIMEOUT_MS = 200
 # aiokafka's default; the embedded tansu makes a group join wait about half of it
 # (docs/architecture.md §6), so tests pass a shorter one.
 SESSION_TIMEOUT_MS = 10_000
@@ -212,7 +221,8 @@ class Freshness:
       outcome is recorded, is handled as before (idempotently), never dead-lettered.
     - max_age_s: a `preempt` whose `ts` is older than this against `clock` is refused (None: off).
     - supersede: a `preempt` for a preemptor the actuator has seen a later decision for (a higher
-      `seq`: handled, or fetched with it and waiting behind it) is refused.
+      `seq`: handled, fetched with it, or waiting anywhere behind it in the log: `LookAhead`) is
+      refused.
     A decision already started (a victim or nomination in the ledger) is carried on whatever its
     age: its first delivery passed these checks.
     """
@@ -916,13 +926,18 @@ class Actuator:
         )
         # Whatever this consumer reads first may follow records another actuator handled.
         self._linked.clear()
+        ahead = LookAhead(config) if self.freshness is not None and self.freshness.supersede else None
         try:
             await connection.start(config, consumer)
-            await self._poll(consumer, stopping)
+            await self._poll(consumer, stopping, ahead)
         finally:
+            if ahead is not None:
+                await ahead.close()
             await _close(consumer, stopping)
 
-    async def _poll(self, consumer: AIOKafkaConsumer, stopping: asyncio.Event) -> None:
+    async def _poll(
+        self, consumer: AIOKafkaConsumer, stopping: asyncio.Event, ahead: LookAhead | None = None
+    ) -> None:
         while not stopping.is_set():
             if self._elector is not None and not self._elector.is_leader():
                 return  # the successor takes over from our last commit
@@ -930,6 +945,8 @@ class Actuator:
             if self.health is not None:
                 self.health.set_ready(self.accepting())
             self.note((m.value or b"", m.headers or ()) for messages in batch.values() for m in messages)
+            if ahead is not None and batch and await _behind(consumer):
+                await ahead.scan(consumer, self.note)
             for tp, messages in batch.items():
                 for message in messages:
                     origin = Origin(tp.topic, tp.partition, message.offset)
@@ -938,6 +955,94 @@ class Actuator:
                         message.value or b"", key=message.key, origin=origin, headers=message.headers or ()
                     )
                     await consumer.commit({tp: message.offset + 1})
+
+
+async def _behind(consumer: AIOKafkaConsumer) -> bool:
+    """Do decisions wait past what this poll returned? The last fetch's stable offset (or high
+    watermark) against the position: no request to the broker."""
+    for tp in consumer.assignment():
+        end = consumer.last_stable_offset(tp)
+        if end is None or end < 0:
+            end = consumer.highwater(tp)
+        if end is not None and end > await consumer.position(tp):
+            return True
+    return False
+
+
+class LookAhead:
+    """Reads the decisions partitions past what the actuator's consumer has fetched, so that
+    superseding sees every later decision already in the log, not only the current batch.
+
+    A consumer of no group (it commits nothing and moves no one's offsets), read_committed like
+    the main one, assigned the main consumer's partitions. It keeps its own position and only
+    moves forward: a record is noted once however many polls it waits behind.
+    """
+
+    def __init__(self, config: connection.KafkaConfig) -> None:
+        self._config = config
+        self._reader: AIOKafkaConsumer | None = None
+        self._assigned: frozenset[TopicPartition] = frozenset()
+        self._read_to: dict[TopicPartition, int] = {}  # the next offset to note, per partition
+
+    async def scan(
+        self,
+        consumer: AIOKafkaConsumer,
+        note: Callable[[Iterable[tuple[bytes, Sequence[tuple[str, bytes]]]]], None],
+    ) -> int:
+        """Note the decisions between the consumer's position and the log's end (at most
+        LOOKAHEAD_MAX_RECORDS); how many were read."""
+        partitions = frozenset(consumer.assignment())
+        if not partitions:
+            return 0
+        reader = await self._open()
+        if partitions != self._assigned:
+            reader.assign(sorted(partitions, key=lambda tp: (tp.topic, tp.partition)))
+            self._assigned = partitions
+            self._read_to = {}
+        for tp in partitions:
+            # Never behind what the consumer returned; never back over what was noted already.
+            # (A fresh assignment's own position would be reset to the log's end: not asked.)
+            handled_to = await consumer.position(tp)
+            if self._read_to.get(tp, -1) < handled_to:
+                reader.seek(tp, handled_to)
+                self._read_to[tp] = handled_to
+        # The end (read_committed: the last stable offset) first, so that a caught-up look-ahead
+        # costs one ListOffsets request and never waits on an empty fetch.
+        ends = await reader.end_offsets(list(partitions))
+        read = 0
+        while read < LOOKAHEAD_MAX_RECORDS:
+            behind = [tp for tp in partitions if self._read_to[tp] < ends[tp]]
+            if not behind:
+                break
+            batch = await reader.getmany(
+                *behind, timeout_ms=LOOKAHEAD_FETCH_TIMEOUT_MS, max_records=LOOKAHEAD_MAX_RECORDS - read
+            )
+            if not batch:
+                break  # a slow fetch: the next full batch reads on
+            note((m.value or b"", m.headers or ()) for messages in batch.values() for m in messages)
+            read += sum(len(messages) for messages in batch.values())
+            for tp in batch:
+                self._read_to[tp] = await reader.position(tp)
+        if read:
+            log.debug("superseding: looked %d decisions ahead", read)
+        return read
+
+    async def _open(self) -> AIOKafkaConsumer:
+        if self._reader is None:
+            reader = self._config.consumer(
+                group_id=None,
+                enable_auto_commit=False,
+                isolation_level="read_committed",
+                fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            )
+            await connection.start(self._config, reader)
+            self._reader = reader
+        return self._reader
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
+            await reader.stop()
 
 
 async def _close(consumer: AIOKafkaConsumer, stopping: asyncio.Event) -> None:

@@ -21,12 +21,25 @@ from kubernetes_asyncio import client
 from engine import timeutil
 from schemas import chain
 from schemas.records import VictimRecord
+from streams.kafka import topics as kafka_topics
 from streams.kafka.sink import MemorySink
 from streams.kube import actuator, eviction
-from streams.kube.actuator import Actuator, Freshness
+from streams.kube.actuator import Actuator, Freshness, Topics
 from streams.kube.ledger import Ledger
+from tests.k8s.conftest import fresh_topic
 from tests.k8s.fakeapi import FakeApi
-from tests.k8s.test_actuator import FAST, KEY, ORIGIN, decision, outcome_events, outcomes, victim
+from tests.k8s.test_actuator import (
+    FAST,
+    KEY,
+    ORIGIN,
+    STEP_TIMEOUT_S,
+    _produce,
+    _until,
+    decision,
+    outcome_events,
+    outcomes,
+    victim,
+)
 from tests.k8s.test_actuator_trust import SCHEDULER, _Consumer, cluster, pod_writes
 
 TS = "2026-01-01T00:00:00Z"
@@ -328,6 +341,42 @@ async def test_a_later_decision_for_the_same_preemptor_supersedes_an_earlier_one
     first, second = outcome_events(sink)
     assert "superseded by a later decision for default/high (seq 30)" in first["outcome"]["message"]
     assert second["outcome"]["decisionId"] == later["id"] and "message" not in second["outcome"]
+
+
+async def test_a_later_decision_far_behind_in_the_log_supersedes_too(
+    served: tuple[FakeApi, client.ApiClient], broker: str
+) -> None:
+    """The later decision waits 3 * MAX_POLL_RECORDS records behind the earlier one, in the real
+    topic: not in the batch being handled. The look-ahead reads on to the log's end, so the
+    earlier decision is still refused as superseded (before it, only a later decision fetched in
+    the same batch of MAX_POLL_RECORDS superseded)."""
+    fake, api_client = served
+    pods = cluster(fake)
+    act, sink = make(api_client)
+    act.topics = Topics(fresh_topic("decisions"), fresh_topic("evictions"), fresh_topic("dead-letter"))
+    await kafka_topics.ensure_topics(broker, [kafka_topics.TopicSpec(t) for t in vars(act.topics).values()])
+    earlier = after(None, pods, [victim(pods["v-evict"], "evict")], seq=10, name="a")
+    log, prev = [earlier], earlier
+    for i in range(3 * actuator.MAX_POLL_RECORDS):  # decisions for another preemptor, in between
+        prev = after(prev, pods, [], seq=11 + i, name=f"w{i}", preemptor="w-0", outcome="wait", node=None)
+        prev.pop("node")
+        log.append(chain.seal(prev, log[-1]["hash"], KEY))
+    later = after(log[-1], pods, [victim(pods["elsewhere"], "evict", node="n2")], seq=90, name="b", node="n2")
+    log.append(later)
+    await _produce(broker, act.topics.decisions, [orjson.dumps(r) for r in log])
+    stopping = asyncio.Event()
+    consuming = asyncio.create_task(
+        act.consume(broker, group_id=fresh_topic("group"), stopping=stopping, session_timeout_ms=6000)
+    )
+    try:
+        await _until(lambda: len(outcome_events(sink)) >= 2, "both preempt decisions handled")
+    finally:
+        stopping.set()
+        await asyncio.wait_for(consuming, STEP_TIMEOUT_S)
+    assert dead(sink) == [] and evicted(fake) == ["elsewhere"]
+    first, second = outcome_events(sink)
+    assert "superseded by a later decision for default/high (seq 90)" in first["outcome"]["message"]
+    assert second["outcome"]["decisionId"] == later["id"]
 
 
 async def test_a_decision_seen_later_is_not_superseded_by_a_forgery(

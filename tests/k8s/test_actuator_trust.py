@@ -457,6 +457,9 @@ class _Consumer:
     async def commit(self, offsets: dict[Any, int]) -> None:
         self.commits += list(offsets.values())
 
+    def assignment(self) -> set[Any]:
+        return set()  # one batch is all there is: nothing to look ahead at
+
 
 async def test_the_loop_commits_a_bad_record_and_acts_on_the_next(
     served: tuple[FakeApi, client.ApiClient], monkeypatch: pytest.MonkeyPatch
