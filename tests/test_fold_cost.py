@@ -3,18 +3,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
+import time
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import objects
 from engine.config import Config
-from streams.pipeline import controller
+from schemas import records
+from streams.pipeline import controller, fold
+from streams.pipeline import store as store_mod
+from streams.pipeline import worker as worker_mod
 from streams.pipeline.controller import Controller, Retry
+from streams.pipeline.worker import PartitionWorker
+from streams.sim import simulator, traces
 from tests import gen
+from tests.memory_pipeline import Pipeline, batches
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -48,3 +58,40 @@ def test_the_state_writes_each_retry_as_astuple_would() -> None:
     ctl = Controller("c", Config())
     ctl.retry["u"] = r
     assert ctl.state()["retry"] == {"u": dataclasses.astuple(r)}
+
+
+def test_a_costly_store_is_written_less_often_and_nothing_is_published_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """STORE_TIME_SHARE: decisions are published at every commit, the store only when its last
+    write's cost allows; a crash in between re-folds more log and sends nothing twice."""
+    monkeypatch.setattr(worker_mod, "CHECKPOINT_INTERVAL_S", 0.0)  # a commit per record
+    writes: list[int] = []
+    real = store_mod.Store.write
+
+    def costly(self: store_mod.Store, dirty: Any, state: Any) -> None:
+        time.sleep(0.02)
+        writes.append(int(state["position"]))
+        real(self, dirty, state)
+
+    monkeypatch.setattr(store_mod.Store, "write", costly)
+    log = simulator.simulate(traces.basic(40), Config()).log
+    want = [dict(d) for d in fold.fold(log, Config()).decisions]
+    recs = batches(log, per_record=5)
+    p = Pipeline(tmp_path)
+    p.produce(recs)
+
+    async def crash() -> None:
+        w = await PartitionWorker.open(partition=0, setup=p.setup)
+        for m in p.broker.messages(records.CLUSTER_EVENTS, 0):
+            await w.process(m.offset, m.key, m.value, m.headers)
+        await w.close(commit=False)  # killed: nothing after its last commit counts
+
+    asyncio.run(crash())
+    assert len(writes) < len(recs) // 4
+    assert p.decisions() == want  # every commit published, though the store lags
+    with store_mod.Store(tmp_path / "cluster-events-0") as kept:
+        state = kept.state()
+        assert state is not None and state["position"] < len(recs) - 1
+    asyncio.run(p.run())  # reopened from the lagging store: the rest folded again
+    assert p.decisions() == want  # nothing sent twice

@@ -204,7 +204,7 @@ class Partitions:
             if worker is None:
                 continue
             try:
-                await worker.commit()
+                await worker.commit(final=True)
             except PartitionBroken:
                 await self._discard(worker)
                 if worker.fenced:

@@ -10,8 +10,10 @@ keep the published log and the state in step:
 - Decisions and dead letters are queued to the outbox as they are made; a
   commit (every CHECKPOINT_INTERVAL_S, at most CHECKPOINT_MAX_RECORDS records
   apart) waits until they are published (acknowledged, or the transaction
-  committed) and only then writes the store. The store therefore never reflects
-  a record whose output is not in the log. A failed send breaks the worker
+  committed) and only then writes the store (not at every commit when writing it
+  is costly: STORE_TIME_SHARE). The store therefore never reflects a record whose
+  output is not in the log; it may lag what is published, which only means more
+  log to fold again after a crash, its decisions found published, not sent again. A failed send breaks the worker
   (PartitionBroken): nothing more is folded or stored, and the owner reopens the
   partition from its store (streams.pipeline.partitions), which re-derives the
   same decisions byte for byte. A failed store write keeps the changes it did
@@ -121,6 +123,13 @@ UNREADABLE_SNAPSHOTS = Counter(
 # in between only means re-folding a little log; nothing published is sent twice.
 CHECKPOINT_INTERVAL_S = 0.2
 CHECKPOINT_MAX_RECORDS = 1000
+# The most of its time a partition spends writing its store: a write costs O(state) (the
+# controllers' state record holds every pending preemptor, nomination and tombstone), and
+# commits come every CHECKPOINT_INTERVAL_S of wall time, so on a loaded machine or with a
+# large state writing it at every commit once took most of the fold. A write that took
+# t seconds is followed by the next no sooner than t / STORE_TIME_SHARE later; publishing
+# is not delayed (only the store lags, by a little more log to fold again after a crash).
+STORE_TIME_SHARE = 0.1
 # Store writes that may fail in a row (a full disk, an I/O error) before the partition is
 # declared stalled: the changes wait for the next commit meanwhile, but without a written
 # store no snapshot is taken either and every restart re-folds more log. ~4 s of commits.
@@ -289,6 +298,8 @@ class PartitionWorker:
     _last_commit: float = 0.0
     _closed: bool = False
     _store_failures: int = 0  # store writes failed in a row
+    _stored_at: float = 0.0  # when the store was last written (monotonic)
+    _store_seconds: float = 0.0  # how long that write took
     # process() and commit() each run whole: a commit must not interleave with a record
     # being folded and queued (the owner's timer commits while the transport may feed).
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -626,22 +637,26 @@ class PartitionWorker:
 
     # ---- committing ------------------------------------------------------------------------
 
-    async def commit(self) -> None:
+    async def commit(self, *, final: bool = False) -> None:
         """Publish everything queued, then write the store; a snapshot after, when one is due.
 
         Called after records (when due), by the owner's timer (a partition that went
         quiet must still publish: under exactly_once nothing is visible before its
-        commit), and on revocation and close.
+        commit), and on revocation and close (`final`: the store is written whatever
+        its last write cost, STORE_TIME_SHARE).
         """
         async with self._lock:
-            await self._commit()
+            await self._commit(final=final)
 
-    async def _commit(self) -> None:
+    def _store_due(self, final: bool) -> bool:
+        return final or time.monotonic() - self._stored_at >= self._store_seconds / STORE_TIME_SHARE
+
+    async def _commit(self, *, final: bool = False) -> None:
         if self.broken is not None:
             raise PartitionBroken(self.broken)
         self._last_commit = time.monotonic()
         if self.position == self.committed and not self._sent:
-            if self.stored != self.committed:
+            if self.stored != self.committed and self._store_due(final):
                 self._write_store()  # a failed write is retried even when nothing new came
             return
         try:
@@ -663,6 +678,8 @@ class PartitionWorker:
         self.committed = self.position
         if self._last is not None:
             self._fingerprint = fingerprint(*self._last)
+        if not self._store_due(final):
+            return  # published; the store follows at a later commit (the state stays dirty)
         self._write_store()
         if self._snapshot_due():
             await self._snapshot()
@@ -691,6 +708,7 @@ class PartitionWorker:
         }
 
     def _write_store(self) -> None:
+        started = time.monotonic()
         try:
             self.store.write({name: ctl.dirty for name, ctl in self.controllers.items()}, self._state())
         except Exception as exc:  # a full disk, an I/O error, an injected fault
@@ -706,6 +724,8 @@ class PartitionWorker:
             )
             return
         self._store_failures = 0
+        self._stored_at = time.monotonic()
+        self._store_seconds = self._stored_at - started
         for ctl in self.controllers.values():
             ctl.take_dirty()
         self.stored = self.committed
@@ -771,7 +791,7 @@ class PartitionWorker:
         self._closed = True
         try:
             if commit and self.broken is None:
-                await self.commit()
+                await self.commit(final=True)
         finally:
             if self.broken is not None or not commit:
                 with contextlib.suppress(SendFailed):
