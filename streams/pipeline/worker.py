@@ -15,9 +15,10 @@ keep the published log and the state in step:
   output is not in the log; it may lag what is published, which only means more
   log to fold again after a crash, its decisions found published, not sent again.
   A failed send breaks the worker (PartitionBroken): nothing more is folded or
-  stored, and the owner reopens the partition from its store (streams.pipeline.partitions), which re-derives the
-  same decisions byte for byte. A failed store write keeps the changes it did
-  not write for the next commit.
+  stored, and the owner reopens the partition from its store
+  (streams.pipeline.partitions), which re-derives the same decisions byte for
+  byte. A failed store write keeps the changes it did not write for the next
+  commit.
 - Each commit also records `decisionsNext`, the decisions offset after the last
   decision published. Opening reads the decisions written from there to the
   end (a bounded read: what was published after the state's commit) and does
