@@ -586,6 +586,11 @@ def test_unowned_partitions_are_those_in_no_members_assignment() -> None:
     }
     rebalancing = [(0, "g", "PreparingRebalance", "consumer", "faust", [])]
     assert ownership.unowned_of({0}, rebalancing, group="g", topic=topic) is None
+    # Every member left (a consumer whose logins are refused never rejoins): nobody owns them.
+    left = [(0, "g", "Empty", "consumer", "", [])]
+    assert ownership.unowned_of({0, 1}, left, group="g", topic=topic) == {0, 1}
+    # Never joined (how tansu describes a group before its first member): unknown.
+    assert ownership.unowned_of({0}, [(0, "g", "Empty", "", "", [])], group="g", topic=topic) is None
 
 
 def test_an_unowned_partition_makes_the_worker_unready_then_stops_it(tmp_path: Path) -> None:

@@ -23,10 +23,16 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 # A group is only settled when Stable: during a rebalance assignments are empty by design.
 STABLE = "Stable"
+# Kafka's state of a consumer group every member has left (its protocol type kept): nobody owns
+# anything. A worker whose consumer lost its membership and never rejoined (logins refused
+# after a password rotation) saw "not settled" here and stayed ready, consuming nothing. A
+# group never joined is Empty with no protocol type (tansu, before its first member): unknown.
+EMPTY = "Empty"
 
 
 def unowned_of(existing: Iterable[int], groups: Sequence[Any], *, group: str, topic: str) -> set[int] | None:
-    """The partitions in `existing` that no member of `group` holds; None while it is not Stable.
+    """The partitions in `existing` that no member of `group` holds; None while it is not Stable
+    (but every one when the consumer group is Empty: all its members left).
 
     `groups` are DescribeGroups' entries: (error_code, group, state, protocol_type,
     protocol, members, ...), a member being (member_id, client_id, client_host,
@@ -36,6 +42,8 @@ def unowned_of(existing: Iterable[int], groups: Sequence[Any], *, group: str, to
         error_code, name, state, protocol_type, _, members = entry[:6]
         if name != group:
             continue
+        if not error_code and state == EMPTY and protocol_type == "consumer" and not members:
+            return set(existing)
         if error_code or state != STABLE or protocol_type != "consumer":
             return None
         owned: set[int] = set()
