@@ -97,6 +97,7 @@ EVERYTHING = values(
              "activeKeyId": "k2", "publicKeys": {"k1": public_pem(1), "k2": public_pem(2)},
              "installId": "sched-prod"},
     actuator__maxDecisionAge=120,
+    actuator__fetchMaxWaitMs=200,
     actuator__persistence={"size": "2Gi", "storageClassName": "fast-ssd"},
     lease={"durationSeconds": 30, "renewDeadlineSeconds": 20, "retryPeriodSeconds": 2.5},
     actuator__mode="act",
@@ -554,6 +555,7 @@ def test_deployments_run_the_right_component_with_probes(chart_values: dict[str,
     worker = cli().parse_args(container(deployments["worker"])["args"])
     assert act.install_id == worker.install_id == (signing["installId"] or None)
     assert act.max_decision_age == chart_values["actuator"]["maxDecisionAge"] and not act.accept_unsigned
+    assert act.fetch_max_wait_ms == chart_values["actuator"]["fetchMaxWaitMs"]
     # The ledger is on the replica's claim, not an emptyDir.
     assert act.ledger_file == "/var/lib/preemptctl/ledger.jsonl"
     (claim,) = deployments["actuator"]["spec"]["volumeClaimTemplates"]
