@@ -182,6 +182,8 @@ class Ranking:
         # The index's node table (`engine.nodetable`) once it keeps one, shared by every ranking.
         self.table: NodeTable | None = table
         self._stamp = 0
+        if table is not None and keep is None and len(cluster.nodes) >= VECTOR_MIN and self._check_all(table):
+            return
         fits: list[str] = []
         rejected: list[str] = []
         for name, node in cluster.nodes.items():
@@ -197,6 +199,70 @@ class Ranking:
         self.rejected.update(rejected)
         heapq.heapify(self.heap)
         heapq.heapify(self.expiring)
+
+    def _check_all(self, table: NodeTable) -> bool:
+        """`_check` of every node at once from the node table: filters once per filter group of
+        nodes, fitting from the free-capacity columns; False (nothing done) where the table
+        cannot vouch for the answer, and `_check` runs node by node.
+
+        Nodes with nominated pods, small nodes (evaluated outright) and nodes whose column
+        is not plain still go through `_check`; the entries are those `_check` makes."""
+        from engine import nodetable
+
+        pod = self.pre.pod
+        requests = self.pre.requests
+        if pod.required_affinity is not None or any(k in nodetable.OWN_LABELS for k, _ in pod.node_selector):
+            return False
+        limit = nodetable.LIMIT
+        if any(r not in table.free or not -limit < v < limit for r, v in requests.items()):
+            return False
+        if not table.catch_up(lambda st: self.summaries.get(ALL, st, None)):
+            return False
+        cluster = self.cluster
+        nodes = cluster.nodes
+        names = list(nodes)
+        verdicts = [placement.unresolvable(node, pod) for node in table.group_nodes]
+        sl = table.slot_array(names)
+        group, fit, slow = table.checks(sl, requests, None if self.minimal else EVALUATE_MAX_PODS)
+        nominated = cluster.nominated_nodes
+        state_of, check = self.state, self._check
+        fitting: list[str] = []
+        rejected: list[str] = []
+        pending = self.pending
+        reasons = self.reasons
+        stamp = 0
+        for i, name in enumerate(names):
+            why = verdicts[group[i]]
+            if why is not None:
+                stamp += 1
+                state_of[name] = Entry(REJECTED, (), why, None, stamp, None, nodes[name].node)
+                rejected.append(name)
+                reasons[why] = reasons.get(why, 0) + 1
+            elif slow[i] or name in nominated:
+                self._stamp = stamp
+                e = check(nodes[name])
+                stamp = self._stamp
+                state_of[name] = e
+                if e.tier == FITS:
+                    fitting.append(name)
+                elif e.tier == PENDING:
+                    pending.add(name)
+                else:
+                    self._file(name, e, self.heap.append, self.expiring.append, rejected.append)
+            elif fit[i]:
+                stamp += 1
+                state_of[name] = Entry(FITS, (), "fits without preemption", None, stamp)
+                fitting.append(name)
+            else:
+                stamp += 1
+                state_of[name] = Entry(PENDING, (), "", None, stamp)
+                pending.add(name)
+        self._stamp = stamp
+        self.fits.update(fitting)
+        self.rejected.update(rejected)
+        heapq.heapify(self.heap)
+        heapq.heapify(self.expiring)
+        return True
 
     # ---- one node's entry ------------------------------------------------------------
 
@@ -572,6 +638,13 @@ class Index:
         self.lasting = lasting
         self.table: NodeTable | None = None
         self._created = 0
+        if lasting:
+            # Every node's column now, kept in place from here on (`NodeTable.catch_up`): the
+            # first ranking of every shape, the first decision's included, bounds every node in
+            # array operations instead of building 5,000 summaries inside a decision.
+            self.keep_table()
+            assert self.table is not None
+            self.table.catch_up(lambda st: self.summaries.get(ALL, st, None))
 
     def ranking(self, pre: Preemptor, now: int, mode: str, kind: str = ALL, keep: Keep = None) -> Ranking:
         cluster = self.cluster
@@ -595,7 +668,10 @@ class Index:
             live = {id(x._filtered) for x in self._rankings.values()}
             self._filters = {k: v for k, v in self._filters.items() if id(v) in live}
         if len(cluster.touched) > TOUCH_LOG_TRIM:
-            cluster.trim_touched(min(x.position for x in self._rankings.values()))
+            readers = [x.position for x in self._rankings.values()]
+            if self.table is not None:
+                readers.append(self.table.position)
+            cluster.trim_touched(min(readers))
         if len(cluster.pdb_touched) > TOUCH_LOG_TRIM:
             cluster.trim_pdb_touched(min(x.pdb_position for x in self._rankings.values()))
         return r
