@@ -18,4 +18,6 @@ and the instant it is given. `streams` wraps it with Kafka and Kubernetes.
 # 0.4.0: the filters that read other pods (host ports, pod (anti-)affinity, topology spread),
 # "not modelled" answers for volumes and resource claims, PreemptionToleration read as the
 # plugin reads it, priorities outside int32 refused, gang records with memberUids.
-ENGINE_VERSION = "0.4.0"
+# 0.5.0: decisions as 0.4.0's, byte for byte; the actuator's default scheduler scope, the
+# source events refused for names the API server never stores, the chart's new values.
+ENGINE_VERSION = "0.5.0"
