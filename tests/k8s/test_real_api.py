@@ -1079,7 +1079,7 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
             "--lease-namespace", cluster.NAMESPACE, *FAILOVER_LEASE, "--identity", f"actuator-{name}",
             "--kubeconfig", str(kube_cluster.kubeconfig(token)),
             "--ledger-file", str(tmp_path / f"{name}.jsonl"),
-            "--health-host", "127.0.0.1", "--health-port", str(ports[name]),
+            "--health-host", "127.0.0.1", "--health-port", str(ports[name]), "--any-scheduler",
         ]  # fmt: skip
 
     async with HoldingWebhook(tmp_path, openssl) as webhook:
