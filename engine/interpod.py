@@ -55,6 +55,22 @@ def _bump(counts: dict[Pair, int], pair: Pair, by: int) -> None:
         counts.pop(pair, None)  # upstream deletes a pair that is down to zero
 
 
+@dataclass(frozen=True, slots=True)
+class Overlay:
+    """Pods a gang's plan assumes and takes away, for the job flow (engine.job): `placed`, the
+    members placed before this one with their nodes (assumed there, as kube-scheduler assumes
+    a pod it has placed), and `gone`, the uids of the victims chosen so far. `members` are the
+    whole gang's uids: a member nominated by an earlier round counts where the plan places it,
+    not where it was nominated."""
+
+    placed: tuple[tuple[Pod, str], ...] = ()
+    gone: frozenset[str] = frozenset()
+    members: frozenset[str] = frozenset()
+
+    def on(self, node: str) -> list[Pod]:
+        return [q for q, where in self.placed if where == node]
+
+
 @dataclass(slots=True)
 class _SpreadState:
     constraint: Spread
@@ -66,9 +82,12 @@ class _SpreadState:
 class Filters:
     """kube-scheduler's PreFilter state of the inter-pod filters for one preemptor."""
 
-    def __init__(self, cluster: Cluster, pod: Pod) -> None:
+    def __init__(self, cluster: Cluster, pod: Pod, overlay: Overlay | None = None) -> None:
         self.cluster = cluster
         self.pod = pod
+        self.overlay = overlay
+        gone = overlay.gone if overlay is not None else frozenset()
+        self._placed = frozenset(q.uid for q, _ in overlay.placed) if overlay is not None else frozenset()
         s: Scheduling | None = pod.scheduling
         self.ports: tuple[HostPort, ...] = s.ports if s is not None else ()
         self.affinity: tuple[PodTerm, ...] = s.affinity if s is not None else ()
@@ -85,10 +104,22 @@ class Filters:
             if not matching:
                 continue
             for uid in sorted(group):
+                if uid in gone:
+                    continue
                 state = nodes.get(group[uid].node or "")
                 if state is not None:
                     self.existing_hosts.add(state.node.name)
                     for t in matching:
+                        value = state.node.labels.get(t.topology_key)
+                        if value is not None:
+                            _bump(self.existing, (t.topology_key, value), 1)
+        if overlay is not None:
+            # Members placed before this one are assumed on their nodes: their anti-affinity
+            # holds against it there (never evictable, so their nodes are no hosts).
+            for q, where in overlay.placed:
+                state = nodes.get(where)
+                if state is not None:
+                    for t in self._against_me(q):
                         value = state.node.labels.get(t.topology_key)
                         if value is not None:
                             _bump(self.existing, (t.topology_key, value), 1)
@@ -101,6 +132,8 @@ class Filters:
         if self.affinity or self.anti:
             for q, node in self._bound(self._term_namespaces()):
                 self._count_incoming(q, node, 1, self.affinity_counts, self.anti_counts)
+                if self._assumed(q):
+                    continue
                 if self.affinity and all(t.matches_incoming(q.namespace, q.labels) for t in self.affinity):
                     self.affinity_hosts.add(node.name)
                 if any(t.matches_incoming(q.namespace, q.labels) for t in self.anti):
@@ -127,19 +160,39 @@ class Filters:
         names: set[str] = set()
         for t in (*self.affinity, *self.anti):
             if t.namespace_selector is not None:
-                return self.cluster.bound_namespaces()  # a selector may pick any namespace
+                # A selector may pick any namespace, the placed members' too (the overlay's
+                # members are pending, so their namespace may have no bound pod yet).
+                every = set(self.cluster.bound_namespaces())
+                if self.overlay is not None:
+                    every.update(q.namespace for q, _ in self.overlay.placed)
+                return sorted(every)
             names |= t.namespaces
         return sorted(names)
 
     def _bound(self, namespaces: Iterable[str]) -> Iterable[tuple[Pod, Node]]:
+        """Bound pods of `namespaces` with their nodes, as the overlay (if any) changes them."""
         nodes = self.cluster.nodes
-        for ns in namespaces:
+        overlay = self.overlay
+        names = list(namespaces)
+        for ns in names:
             bound = self.cluster.bound_in(ns)
             for uid in sorted(bound):
                 q = bound[uid]
+                if overlay is not None and uid in overlay.gone:
+                    continue
                 state = nodes.get(q.node or "")
                 if state is not None:
                     yield q, state.node
+        if overlay is not None:
+            wanted = set(names)
+            for q, where in overlay.placed:
+                state = nodes.get(where)
+                if state is not None and q.namespace in wanted:
+                    yield q, state.node
+
+    def _assumed(self, q: Pod) -> bool:
+        """Is `q` a member the overlay placed (counted, but never evicted)?"""
+        return q.uid in self._placed
 
     def _count_incoming(
         self, q: Pod, node: Node, by: int, affinity: dict[Pair, int], anti: dict[Pair, int]
@@ -178,7 +231,9 @@ class Filters:
         for q, node in self._bound([self.pod.namespace]):
             if eligible.get(node.name) and c.matches(q.labels):
                 # Evicting it lowers its domain's count (terminating too: upstream's update).
-                movers.add(node.name)
+                # A member the overlay placed is never evicted.
+                if not self._assumed(q):
+                    movers.add(node.name)
                 if not q.deleting and not c.counts_nothing:
                     counts[node.labels[c.topology_key]] += 1
         return _SpreadState(c, counts, sorted((n, v) for v, n in counts.items())[:2], movers)
@@ -230,6 +285,13 @@ class Filters:
         # Only nodes that exist: a pod can name a node that is gone or not seen yet (an
         # orphan, a nomination to a scaled-down node), which no evaluation reads.
         out: set[str] = {name for name in cluster.nominated_nodes if name in nodes}
+        if self.overlay is not None:
+            # Where the plan placed members or took victims, the node is not as the index has it.
+            out.update(where for _, where in self.overlay.placed if where in nodes)
+            for uid in self.overlay.gone:
+                held = cluster.pods.get(uid)
+                if held is not None and held.node in nodes:
+                    out.add(held.node)
         for want in self.ports:
             for q in cluster.host_ports.get(want.port, {}).values():
                 ports = q.scheduling.ports if q.scheduling is not None else ()
@@ -328,11 +390,22 @@ class NodeView:
         self.labels = labels = node.labels
         self.eligible = tuple(filters._eligible(sp.constraint, node) for sp in filters.spread)
         self._parts: dict[str, _Part] = {}
+        overlay = filters.overlay
+        if overlay is not None:
+            # The job flow hands its own view of the node (only its eligible victims listed):
+            # ports are read from every pod the plan leaves there, and the gang's own members
+            # count where the plan places them, not where an earlier round nominated them.
+            real = filters.cluster.nodes.get(node.name, state)
+            held: list[Pod] = [q for q in real.pods.values() if q.uid not in overlay.gone]
+            held.extend(overlay.on(node.name))
+            nominated = [q for q in nominated if q.uid not in overlay.members]
+        else:
+            held = list(state.pods.values())
         # The node's used ports as kube-scheduler keeps them, a set (HostPortInfo): removing
         # any holder frees the port, adding one takes it, whoever else holds it.
         self.ports: dict[HostPort, int] = {}
         if filters.ports:
-            for q in state.pods.values():
+            for q in held:
                 if q.scheduling is not None:
                     for port in q.scheduling.ports:
                         self.ports[port] = 1
@@ -490,6 +563,21 @@ class NodeView:
             if n > 0 and pair not in base and labels.get(pair[0]) == pair[1]:
                 return UNSCHEDULABLE, EXISTING_ANTI
         return None
+
+
+def concerns(q: Pod, pod: Pod) -> bool:
+    """Can `q`'s presence change a filter's verdict for `pod`: a port they both want, a term of
+    `pod`'s (anti-)affinity or spread that counts `q`, or `q`'s anti-affinity against `pod`?
+    When not, taking `q` away or giving it back leaves every filter of `pod` as it was."""
+    mine, theirs = pod.scheduling, q.scheduling
+    if mine is not None:
+        if theirs is not None and any(w.conflicts(h) for w in mine.ports for h in theirs.ports):
+            return True
+        if any(t.matches_incoming(q.namespace, q.labels) for t in (*mine.affinity, *mine.anti_affinity)):
+            return True
+        if q.namespace == pod.namespace and any(c.matches(q.labels) for c in mine.spread):
+            return True
+    return theirs is not None and any(t.matches(pod.namespace, pod.labels) for t in theirs.anti_affinity)
 
 
 def not_modelled(pods: Sequence[Pod]) -> list[str]:

@@ -300,6 +300,18 @@ class _Plan:
     placements: dict[str, str] = field(default_factory=dict)  # member uid -> node
     on_node: dict[str, list[Pod]] = field(default_factory=dict)  # node -> members placed there
     committed: dict[str, dict[str, Pod]] = field(default_factory=dict)  # node -> uid -> victim
+    # Some member was placed under the inter-pod filters (engine.interpod): the reprieve
+    # then checks them too.
+    filtered: bool = False
+
+    def overlay(self, members: Sequence[Pod], uids: frozenset[str]) -> interpod.Overlay:
+        """The plan as the inter-pod filters read it: members placed so far (in gang order)
+        assumed on their nodes, the committed victims gone."""
+        return interpod.Overlay(
+            placed=tuple((m, self.placements[m.uid]) for m in members if m.uid in self.placements),
+            gone=frozenset(uid for victims in self.committed.values() for uid in victims),
+            members=uids,
+        )
 
     def place(self, member: Pod, node: str, victims: Iterable[Pod]) -> None:
         self.placements[member.uid] = node
@@ -440,8 +452,10 @@ class _Placer:
         )
 
     def _evaluate_view(self, member: Pod, pre: Preemptor, name: str, evaluate: Any) -> NodeEval:
-        key = self._view_key(member, name)
-        held = self._views.get(key)
+        # Under the inter-pod filters the evaluation reads the whole plan, not only this node's
+        # part of it (a member placed in the same zone counts): it is not kept.
+        key = self._view_key(member, name) if pre.filters is None else None
+        held = self._views.get(key) if key is not None else None
         if held is not None:
             return held
         cluster = self.cluster
@@ -452,7 +466,8 @@ class _Placer:
         ]
         view = _view(cluster.nodes[name], self.evictable(name), self.plan, counted)
         ev: NodeEval = evaluate(cluster, view, pre, self.now)
-        self._views[key] = ev
+        if key is not None:
+            self._views[key] = ev
         return ev
 
     def _ranking(self, pre: Preemptor, mode: str) -> Any:
@@ -477,10 +492,19 @@ class _Placer:
         special = {
             n for n in (*plan.on_node, *plan.committed, *self.nominees, *self._group_nodes) if n in nodes
         }
+        # The member's inter-pod filters over the cluster as the plan leaves it. On the nodes
+        # they touch (`Filters.touched`) it is evaluated with them; everywhere else every filter
+        # passes whatever is evicted, so the shared ranking (resources alone) stays exact there.
+        filters = interpod.Filters(cluster, member, plan.overlay(self.members, frozenset(self._uids)))
+        judged = pre
+        if filters.active:
+            plan.filtered = True
+            judged = Preemptor(member, self.priority, member.requests, filters)
+            special |= filters.touched()
         evaluate = index_mod.evaluator(mode)
         views: dict[str, NodeEval] = {}
         for name in sorted(special):
-            views[name] = self._evaluate_view(member, pre, name, evaluate)
+            views[name] = self._evaluate_view(member, judged, name, evaluate)
         fitting = sorted(
             n
             for n in (ranking.fitting(views), *(n for n, e in views.items() if e.status == default.FITS))
@@ -544,13 +568,16 @@ def _reprieve(
     nominees: Mapping[str, list[Pod]],
     priority: int,
     uses: Sequence[QuotaUse],
+    check: _FilterCheck | None = None,
 ) -> list[Pod]:
     """Remove the pool from the gang's nodes, then assign it back in importance order.
 
-    A pod comes back while every member placed on its node still fits and every quota
+    A pod comes back while every member placed on its node still fits, every quota
     the job is charged to still passes its admission check (with the victims chosen
-    so far gone); the rest are the victims.
+    so far gone) and, under the inter-pod filters (`check`), every member still passes
+    them with the pods not given back gone; the rest are the victims.
     """
+    away = {uid for pool in pool_by_node.values() for uid in pool}
     resolve = quota_resolver(cluster)
     victims: list[Pod] = []
     quota_by_uid = {u.quota.uid: u for u in uses}
@@ -570,15 +597,56 @@ def _reprieve(
             resources.sub(free, pod.requests)
             q = resolve(pod)
             charged = quota_by_uid.get(q.uid) if q is not None else None
-            if resources.fits(need, free) and (
-                charged is None or admission(charged, minus=leaving_usage.get(charged.quota.uid))[0]
+            if (
+                resources.fits(need, free)
+                and (charged is None or admission(charged, minus=leaving_usage.get(charged.quota.uid))[0])
+                and (check is None or check.holds_back(pod, away))
             ):
+                away.discard(pod.uid)
                 continue
             resources.add(free, pod.requests)
             victims.append(pod)
             if charged is not None:
                 resources.add(leaving_usage.setdefault(charged.quota.uid, {}), pod.requests)
     return sorted(victims, key=lambda p: default.importance(cluster, p))
+
+
+@dataclass(slots=True)
+class _FilterCheck:
+    """The gang's inter-pod filters as the reprieve and the final check read them: each member,
+    in gang order, on its planned node with the members before it placed and a set of pods gone
+    (upstream schedules the members one at a time, each seeing those before it as assumed)."""
+
+    cluster: Cluster
+    members: Sequence[Pod]
+    plan: _Plan
+    priority: int
+
+    def broken(self, gone: set[str]) -> str | None:
+        """The first member whose filters fail with `gone` away, and why; None: all pass."""
+        cluster, plan = self.cluster, self.plan
+        uids = frozenset(m.uid for m in self.members)
+        placed: list[tuple[Pod, str]] = []
+        for m in self.members:
+            name = plan.placements.get(m.uid)
+            state = cluster.nodes.get(name) if name is not None else None
+            if name is None or state is None:
+                break
+            f = interpod.Filters(cluster, m, interpod.Overlay(tuple(placed), frozenset(gone), uids))
+            if f.active:
+                pre = Preemptor(m, self.priority, m.requests, f)
+                status = f.view(state, default.nominated_pods(cluster, name, pre)).status(True)
+                if status is not None:
+                    return f"{m.key} fails on {name}: {status[1]}"
+            placed.append((m, name))
+        return None
+
+    def holds_back(self, pod: Pod, away: set[str]) -> bool:
+        """May `pod` come back (every other pod of `away` still gone)? A pod that bears on no
+        member's filters (`interpod.concerns`) changes none of them."""
+        if not any(interpod.concerns(pod, m) for m in self.members):
+            return True
+        return self.broken(away - {pod.uid}) is None
 
 
 def _previous_round(cluster: Cluster, members: Sequence[Pod], priority: int) -> str | None:
@@ -681,20 +749,6 @@ def decide(
     if missing:
         explanation[interpod.NOT_MODELLED] = missing
         return make(UNSCHEDULABLE, interpod.not_modelled_reason(missing))
-    constrained = [m.key for m in members if interpod.Filters(cluster, m).active]
-    if constrained:
-        # The job flow places members on per-member views of its own (capacity taken by the
-        # members placed before) that the inter-pod filters do not read yet: answering from
-        # resources alone could evict for a member kube-scheduler still will not place.
-        # Never `fits` or `preempt` then; the reason says what is not modelled
-        # (docs/semantics.md §10).
-        explanation[interpod.NOT_MODELLED] = constrained
-        return make(
-            UNSCHEDULABLE,
-            f"not modelled: {constrained[0]} has host ports, required pod (anti-)affinity or "
-            "topology spread, or an existing pod's anti-affinity applies to it, which the job "
-            "flow does not evaluate",
-        )
 
     nominees = _nominees(cluster, members)
     placer = _Placer(cluster, index or Index(cluster), members, priority, nominees, now, config)
@@ -733,8 +787,19 @@ def decide(
         if config.victim_selection == "minimal"
         else {n: placer.evictable(n) for n in plan.on_node}
     )
-    victims = _reprieve(cluster, plan, pool, nominees, priority, uses)
+    check = _FilterCheck(cluster, members, plan, priority) if plan.filtered else None
+    victims = _reprieve(cluster, plan, pool, nominees, priority, uses, check)
     explanation["victims"] = [v.key for v in victims]
+    if check is not None:
+        # The reprieve gives a pod back only where every filter still holds; the placement
+        # read each member with the victims chosen before it gone. With all of them gone at
+        # once, a spread minimum or an affinity may no longer hold: then nothing is evicted.
+        broken = check.broken({v.uid for v in victims})
+        if broken is not None:
+            return make(
+                UNSCHEDULABLE,
+                f"{broken} once every victim is gone, so the gang cannot be placed (all or nothing)",
+            )
     return make(
         PREEMPT,
         f"preempt {len(victims)} pod(s) to place {len(members)} member(s) of {job}",

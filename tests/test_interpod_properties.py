@@ -11,11 +11,15 @@ constraints near their skew, the engine's answer must agree with it:
   lower priority and on N, and no node fits as it is;
 - `unschedulable`: no node passes with every lower-priority pod of it gone,
   unless the scheduling cycle already called it unresolvable there.
+
+The job flow places a gang's members one at a time, each seeing the members placed
+before it: for any gang of such pods, every member must pass the same oracle on its
+node with the victims gone and the members before it bound where they were placed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -167,12 +171,20 @@ def _wants(term: Mapping[str, Any]) -> str:
     return str(term["labelSelector"]["matchLabels"]["app"])
 
 
-def oracle(raw: Mapping[str, Any], node: str, gone: set[str]) -> tuple[bool, bool]:
-    """(passes, unresolvable): do resources and every filter pass on `node` with `gone` taken
-    away; and would the scheduling cycle (nothing taken away) call the node unresolvable?"""
+def oracle(
+    raw: Mapping[str, Any],
+    node: str,
+    gone: set[str],
+    pre: Mapping[str, Any] | None = None,
+    placed: Sequence[tuple[Mapping[str, Any], str]] = (),
+) -> tuple[bool, bool]:
+    """(passes, unresolvable): do resources and every filter pass for `pre` (the case's first
+    preemptor by default) on `node` with `gone` taken away and the `placed` pods bound where
+    they are placed; and would the scheduling cycle (nothing taken away) call it unresolvable?"""
     nodes = {o["metadata"]["name"]: o for o in raw["objects"] if o["kind"] == "Node"}
     pods = [o for o in raw["objects"] if o["kind"] == "Pod" and o["metadata"]["name"] not in gone]
-    pre = raw["preemptor"][0]
+    pods += [{**p, "spec": {**p["spec"], "nodeName": where}} for p, where in placed]
+    pre = raw["preemptor"][0] if pre is None else pre
     labels = nodes[node]["metadata"]["labels"]
 
     def on(name: str) -> list[dict[str, Any]]:
@@ -285,3 +297,46 @@ def test_the_index_answers_as_every_node_evaluated_afresh(raw: dict[str, Any], m
         if want.best
         else not got.best
     )
+
+
+# ---- the job flow: a gang's members, each with the members before it placed ----------
+
+
+@st.composite
+def gangs(draw: st.DrawFn) -> dict[str, Any]:
+    raw = draw(clusters())
+    members = []
+    for i in range(draw(st.integers(1, 3))):
+        m = _pod(draw, f"m{i}", node=None)
+        m["metadata"].setdefault("labels", {})[GROUP] = "g"
+        members.append(m)
+    raw["preemptor"] = members
+    return raw
+
+
+GROUP = "pod-group.scheduling.sigs.k8s.io"
+
+
+@SETTINGS
+@given(gangs(), st.sampled_from(("kubernetes", "minimal")))
+def test_a_gang_is_placed_only_where_every_member_passes_the_filters(raw: dict[str, Any], mode: str) -> None:
+    raw["config"] = {"victimSelection": mode}
+    c = case_mod.load(raw, where="generated")
+    d = case_mod.answer(c)
+    assert d.flow == "job"
+    assert not d.reason.startswith("not modelled"), d.reason
+    if d.outcome not in (FITS, PREEMPT):
+        assert d.outcome == UNSCHEDULABLE, d.reason
+        return
+    members = sorted(raw["preemptor"], key=lambda p: p["metadata"]["name"])
+    where = dict(d.placements) if d.placements else {f"default/{members[0]['metadata']['name']}": d.node}
+    victims = {v.name for v in d.victims}
+    nodes = {where[f"default/{m['metadata']['name']}"] for m in members}
+    assert victims <= set().union(*(_lower_on(raw, n) for n in nodes)), (victims, nodes)
+    if d.outcome == FITS:
+        assert not victims
+    placed: list[tuple[Mapping[str, Any], str]] = []
+    for m in members:
+        node = where[f"default/{m['metadata']['name']}"]
+        assert oracle(raw, node, victims, m, placed)[0], (m["metadata"]["name"], node, d.reason)
+        placed.append((m, node))
