@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +82,13 @@ class Cluster:
         # Bound, non-terminal pods by namespace and by PriorityClass: what a new PDB
         # selector or a changed toleration policy has to look at.
         self._bound_in_ns: dict[str, dict[str, Pod]] = {}
+        # (namespace, label key) -> label value -> uid -> bound pod: built the first time a
+        # selector asks for that key (`bound_labelled`), then kept as pods bind and unbind.
+        # The inter-pod filters read the pods their selectors can match, not a namespace.
+        self._by_label: dict[tuple[str, str], dict[str, dict[str, Pod]]] = {}
+        # Node label key -> value -> node names, built when asked (`nodes_labelled`) and dropped
+        # whenever a node is added, changed or removed (rare beside pod events).
+        self._nodes_by_label: dict[str, dict[str, frozenset[str]]] = {}
         self._bound_in_class: dict[str, set[str]] = {}
         # Bound, non-terminal pods with required pod anti-affinity: every preemptor must
         # keep out of their domains when their terms match it (engine.interpod). Grouped by
@@ -179,6 +186,51 @@ class Cluster:
     def bound_namespaces(self) -> list[str]:
         return sorted(self._bound_in_ns)
 
+    def bound_labelled(self, namespace: str, key: str, values: Iterable[str]) -> dict[str, Pod]:
+        """Bound, non-terminal pods of `namespace` whose label `key` has one of `values`, by uid."""
+        index = self._by_label.get((namespace, key))
+        if index is None:
+            index = {}
+            for uid, pod in self._bound_in_ns.get(namespace, {}).items():
+                value = pod.labels.get(key)
+                if value is not None:
+                    index.setdefault(value, {})[uid] = pod
+            self._by_label[(namespace, key)] = index
+        out: dict[str, Pod] = {}
+        for value in values:
+            out.update(index.get(value, {}))
+        return out
+
+    def nodes_labelled(self, key: str) -> Mapping[str, frozenset[str]]:
+        """The nodes carrying label `key`, by its value."""
+        index = self._nodes_by_label.get(key)
+        if index is None:
+            building: dict[str, set[str]] = {}
+            for name, state in self.nodes.items():
+                value = state.node.labels.get(key)
+                if value is not None:
+                    building.setdefault(value, set()).add(name)
+            index = {value: frozenset(names) for value, names in building.items()}
+            self._nodes_by_label[key] = index
+        return index
+
+    def _label_index(self, pod: Pod, keep: bool) -> None:
+        """File (`keep`) or withdraw `pod` in the label indexes built so far."""
+        if not self._by_label:
+            return
+        for key, value in pod.labels.items():
+            index = self._by_label.get((pod.namespace, key))
+            if index is None:
+                continue
+            if keep:
+                index.setdefault(value, {})[pod.uid] = pod
+            else:
+                held = index.get(value)
+                if held is not None:
+                    held.pop(pod.uid, None)
+                    if not held:
+                        del index[value]
+
     def pending(self) -> Iterator[Pod]:
         for pod in self.pods.values():
             if pod.node is None and not pod.terminal:
@@ -240,6 +292,7 @@ class Cluster:
             self._stamped.discard(uid)
         elif kind == "Node":
             state = self.nodes.pop(uid, None)
+            self._nodes_by_label.clear()
             if state is not None:
                 if state.pods:
                     self._orphans[uid] = state.pods
@@ -306,6 +359,7 @@ class Cluster:
         self.touched.append(name)
 
     def _upsert_node(self, node: Node) -> None:
+        self._nodes_by_label.clear()
         state = self.nodes.get(node.name)
         if state is None:
             state = NodeState(node)
@@ -411,6 +465,7 @@ class Cluster:
             in_ns = self._bound_in_ns.get(pod.namespace)
             if in_ns is not None and pod.uid in in_ns:
                 in_ns[pod.uid] = pod
+                self._label_index(pod, True)  # equal labels: the same entries, the new record
             if pod.uid in self.anti_affine:
                 self.anti_affine[pod.uid] = pod
                 assert pod.scheduling is not None  # equal records: the same terms
@@ -426,6 +481,7 @@ class Cluster:
     def _bind(self, pod: Pod) -> None:
         """File a bound, non-terminal pod in the derived indexes."""
         self._bound_in_ns.setdefault(pod.namespace, {})[pod.uid] = pod
+        self._label_index(pod, True)
         if pod.scheduling is not None:
             if pod.scheduling.anti_affinity:
                 self.anti_affine[pod.uid] = pod
@@ -449,6 +505,7 @@ class Cluster:
         in_ns = self._bound_in_ns.get(pod.namespace)
         if in_ns is not None:
             in_ns.pop(pod.uid, None)
+        self._label_index(pod, False)
         if self.anti_affine.pop(pod.uid, None) is not None and pod.scheduling is not None:
             alike = self.anti_groups.get(pod.scheduling.anti_affinity)
             if alike is not None:

@@ -26,11 +26,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from engine import placement
 from engine.cluster import Cluster, NodeState
 from engine.constraints import HostPort, PodTerm, Scheduling, Spread
 from engine.objects import Node, Pod
+from engine.selectors import LabelSelector
 
 UNSCHEDULABLE, UNRESOLVABLE = 1, 2
 PORTS = "node(s) didn't have free ports for the requested pod ports"
@@ -79,13 +81,46 @@ class _SpreadState:
     movers: set[str]  # nodes hosting a pod whose eviction changes a count
 
 
+def _narrowings(selectors: Sequence[LabelSelector | None]) -> list[tuple[str, tuple[str, ...]]] | None:
+    """One (label key, values) per selector that can match anything, or None when some
+    selector has none (`LabelSelector.narrowing`): every pod must then be read."""
+    out = []
+    for sel in selectors:
+        if sel is None:
+            continue  # a nil selector matches no pod
+        narrow = sel.narrowing()
+        if narrow is None:
+            return None
+        out.append(narrow)
+    return out
+
+
+def _narrowest(selectors: Iterable[LabelSelector | None]) -> LabelSelector | None:
+    """Of terms that must all match, one whose selector narrows (a nil one matches nothing,
+    so it narrows best); the first when none does."""
+    listed = list(selectors)
+    for sel in listed:
+        if sel is None or sel.narrowing() is not None:
+            return sel
+    return listed[0]
+
+
 class Filters:
     """kube-scheduler's PreFilter state of the inter-pod filters for one preemptor."""
 
-    def __init__(self, cluster: Cluster, pod: Pod, overlay: Overlay | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        pod: Pod,
+        overlay: Overlay | None = None,
+        memo: dict[Any, Any] | None = None,
+    ) -> None:
         self.cluster = cluster
         self.pod = pod
         self.overlay = overlay
+        # Shared by the Filters of one decision over one unchanging cluster (a gang's members):
+        # what depends only on the nodes and the pod's node constraints is computed once.
+        self._memo = memo if memo is not None else {}
         gone = overlay.gone if overlay is not None else frozenset()
         self._placed = frozenset(q.uid for q, _ in overlay.placed) if overlay is not None else frozenset()
         s: Scheduling | None = pod.scheduling
@@ -130,7 +165,12 @@ class Filters:
         self.affinity_hosts: set[str] = set()
         self.anti_hosts: set[str] = set()
         if self.affinity or self.anti:
-            for q, node in self._bound(self._term_namespaces()):
+            # A pod counts when it matches every affinity term or any anti-affinity term: one
+            # affinity term's candidates and each anti-affinity term's hold all of them.
+            wanted = [t.selector for t in self.anti]
+            if self.affinity:
+                wanted.append(_narrowest(t.selector for t in self.affinity))
+            for q, node in self._bound(self._term_namespaces(), wanted):
                 self._count_incoming(q, node, 1, self.affinity_counts, self.anti_counts)
                 if self._assumed(q):
                     continue
@@ -169,13 +209,25 @@ class Filters:
             names |= t.namespaces
         return sorted(names)
 
-    def _bound(self, namespaces: Iterable[str]) -> Iterable[tuple[Pod, Node]]:
-        """Bound pods of `namespaces` with their nodes, as the overlay (if any) changes them."""
+    def _bound(
+        self, namespaces: Iterable[str], selectors: Sequence[LabelSelector | None] | None = None
+    ) -> Iterable[tuple[Pod, Node]]:
+        """Bound pods of `namespaces` with their nodes, as the overlay (if any) changes them.
+
+        With `selectors`, only the pods one of them can match are needed: those are read
+        from the cluster's label index when every selector narrows to one label (a nil
+        selector matches nothing); otherwise every pod of the namespaces is listed."""
         nodes = self.cluster.nodes
         overlay = self.overlay
         names = list(namespaces)
+        narrow = _narrowings(selectors) if selectors is not None else None
         for ns in names:
-            bound = self.cluster.bound_in(ns)
+            if narrow is None:
+                bound: Mapping[str, Pod] = self.cluster.bound_in(ns)
+            else:
+                bound = {}
+                for key, values in narrow:
+                    bound.update(self.cluster.bound_labelled(ns, key, values))
             for uid in sorted(bound):
                 q = bound[uid]
                 if overlay is not None and uid in overlay.gone:
@@ -217,18 +269,29 @@ class Filters:
             return False
         return not (c.honor_taints and placement.untolerated_taint(node, self.pod) is not None)
 
+    def _domains(self, c: Spread) -> tuple[dict[str, bool], dict[str, int]]:
+        """Which nodes count for `c`, and its eligible domains (each at 0): a function of the
+        nodes and the pod's node constraints alone, kept in the memo."""
+        pod = self.pod
+        key = ("spread", c, self.spread_keys, pod.node_selector, pod.required_affinity, pod.tolerations)
+        held = self._memo.get(key)
+        if held is None:
+            counts: dict[str, int] = {}
+            eligible: dict[str, bool] = {}
+            # In the index's order, not sorted: only lookups and `lowest` (sorted) read the counts.
+            for name, state in self.cluster.nodes.items():
+                node = state.node
+                ok = self._eligible(c, node)
+                eligible[name] = ok
+                if ok:
+                    counts.setdefault(node.labels[c.topology_key], 0)
+            held = self._memo[key] = (eligible, counts)
+        return held[0], dict(held[1])
+
     def _spread_state(self, c: Spread) -> _SpreadState:
-        counts: dict[str, int] = {}
-        eligible: dict[str, bool] = {}
-        # In the index's order, not sorted: only lookups and `lowest` (sorted) read the counts.
-        for name, state in self.cluster.nodes.items():
-            node = state.node
-            ok = self._eligible(c, node)
-            eligible[name] = ok
-            if ok:
-                counts.setdefault(node.labels[c.topology_key], 0)
+        eligible, counts = self._domains(c)
         movers: set[str] = set()
-        for q, node in self._bound([self.pod.namespace]):
+        for q, node in self._bound([self.pod.namespace], [c.selector]):
             if eligible.get(node.name) and c.matches(q.labels):
                 # Evicting it lowers its domain's count (terminating too: upstream's update).
                 # A member the overlay placed is never evicted.
@@ -263,6 +326,38 @@ class Filters:
                 if n > 0 and labels.get(key) == value:
                     return EXISTING_ANTI
         return None
+
+    def reads(self, name: str) -> tuple[Any, ...]:
+        """All an evaluation of node `name` reads of this state beyond the node's own pods and
+        the preemptor itself (`view`, `hopeless`, `status`): the counts of the node's own
+        domains and pairs, each spread's domain count and minimum, and whether the node hosts
+        a pod that counts. Two states that read alike here evaluate the node alike; the job
+        flow keys its kept evaluations on it as members are placed elsewhere."""
+        labels = self.cluster.nodes[name].node.labels
+        spread = tuple(
+            (
+                sp.counts.get(labels.get(sp.constraint.topology_key, ""), -1),
+                tuple(sp.lowest),
+                len(sp.counts),
+                name in sp.movers,
+            )
+            for sp in self.spread
+        )
+        own_affinity = [
+            (t.topology_key, labels[t.topology_key]) for t in self.affinity if t.topology_key in labels
+        ]
+        affinity = tuple(self.affinity_counts.get(p, 0) for p in own_affinity)
+        elsewhere = any(p not in own_affinity for p in self.affinity_counts)
+        anti = tuple(
+            self.anti_counts.get((t.topology_key, labels[t.topology_key]), 0)
+            for t in self.anti
+            if t.topology_key in labels
+        )
+        existing = tuple(sorted((p, n) for p, n in self.existing.items() if labels.get(p[0]) == p[1]))
+        hosts = (name in self.affinity_hosts, name in self.anti_hosts, name in self.existing_hosts)
+        if self._touched is None:
+            self._touched = self._find_touched()
+        return (spread, affinity, elsewhere, anti, existing, hosts, self.interpod, name in self._touched)
 
     def touched(self) -> set[str]:
         """`_touched`, computed once per decision (the state is the cluster as it is now)."""
@@ -324,21 +419,28 @@ class Filters:
             )
             for sp in self.spread
         ]
-        for name, state in cluster.nodes.items():
-            if name in out:
-                continue
-            labels = state.node.labels
-            if (
-                any(labels.get(k) in values for k, values in anti)
-                or any(labels.get(k) in values for k, values in existing.items())
-                or any(key not in labels for key in affinity_keys)
-                or any(
-                    self.affinity_counts.get((t.topology_key, labels[t.topology_key]), 0) <= 0
-                    for t in affinity
-                )
-                or any(key not in labels or counts.get(labels[key], 0) > most for key, counts, most in spread)
-            ):
-                out.add(name)
+        # By domain, not by node: the cluster's node label index names the nodes of a domain.
+        every = frozenset(nodes)
+        empty: frozenset[str] = frozenset()
+
+        def having(key: str) -> frozenset[str]:
+            return empty.union(*cluster.nodes_labelled(key).values())
+
+        for key, values in (*anti, *existing.items()):
+            by_value = cluster.nodes_labelled(key)
+            for value in values:
+                out |= by_value.get(value, empty)
+        for key in {*affinity_keys, *(key for key, _, _ in spread)}:
+            out |= every - having(key)  # the key missing: affinity and spread fail there
+        for t in affinity:
+            by_value = cluster.nodes_labelled(t.topology_key)
+            for value, names in by_value.items():
+                if self.affinity_counts.get((t.topology_key, value), 0) <= 0:
+                    out |= names
+        for key, counts, most in spread:
+            for value, names in cluster.nodes_labelled(key).items():
+                if counts.get(value, 0) > most:
+                    out |= names
         return frozenset(out)
 
     # ---- Filter ------------------------------------------------------------------------

@@ -70,6 +70,18 @@ class LabelSelector:
             r.matches(labels) for r in self.expressions
         )
 
+    def narrowing(self) -> tuple[str, tuple[str, ...]] | None:
+        """A label every matching set carries with one of a few values: the first matchLabels
+        pair, else the first `In` requirement; None when the selector has neither (then any
+        label set may match). An index of pods by that label finds every pod that can match."""
+        if self.match_labels:
+            key, value = self.match_labels[0]
+            return key, (value,)
+        for r in self.expressions:
+            if r.operator == "In":
+                return r.key, r.values
+        return None
+
     @staticmethod
     def parse(raw: Any, *, where: str) -> LabelSelector | None:
         """None for a missing selector; Kubernetes distinguishes nil from empty."""
