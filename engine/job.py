@@ -385,6 +385,7 @@ class _Placer:
     _evictable: dict[str, dict[str, Pod]] = field(default_factory=dict)
     _views: dict[tuple[Any, ...], NodeEval] = field(default_factory=dict)
     _last: tuple[Any, Any] | None = None  # (signature, ranking) of the previous member
+    memo: dict[Any, Any] = field(default_factory=dict)  # the members' Filters share it
 
     def __post_init__(self) -> None:
         first = self.members[0]
@@ -452,10 +453,14 @@ class _Placer:
         )
 
     def _evaluate_view(self, member: Pod, pre: Preemptor, name: str, evaluate: Any) -> NodeEval:
-        # Under the inter-pod filters the evaluation reads the whole plan, not only this node's
-        # part of it (a member placed in the same zone counts): it is not kept.
-        key = self._view_key(member, name) if pre.filters is None else None
-        held = self._views.get(key) if key is not None else None
+        # Under the inter-pod filters the evaluation also reads the counts of the node's
+        # domains, which members placed elsewhere in them change (`Filters.reads`), and the
+        # member's labels and terms.
+        key = self._view_key(member, name)
+        if pre.filters is not None:
+            labels = tuple(sorted(member.labels.items()))
+            key = (*key, member.namespace, member.scheduling, labels, pre.filters.reads(name))
+        held = self._views.get(key)
         if held is not None:
             return held
         cluster = self.cluster
@@ -466,8 +471,7 @@ class _Placer:
         ]
         view = _view(cluster.nodes[name], self.evictable(name), self.plan, counted)
         ev: NodeEval = evaluate(cluster, view, pre, self.now)
-        if key is not None:
-            self._views[key] = ev
+        self._views[key] = ev
         return ev
 
     def _ranking(self, pre: Preemptor, mode: str) -> Any:
@@ -495,19 +499,30 @@ class _Placer:
         # The member's inter-pod filters over the cluster as the plan leaves it. On the nodes
         # they touch (`Filters.touched`) it is evaluated with them; everywhere else every filter
         # passes whatever is evicted, so the shared ranking (resources alone) stays exact there.
-        filters = interpod.Filters(cluster, member, plan.overlay(self.members, frozenset(self._uids)))
+        overlay = plan.overlay(self.members, frozenset(self._uids))
+        filters = interpod.Filters(cluster, member, overlay, self.memo)
         judged = pre
+        touched: set[str] = set()
         if filters.active:
             plan.filtered = True
             judged = Preemptor(member, self.priority, member.requests, filters)
-            special |= filters.touched()
+            touched = filters.touched() - special
         evaluate = index_mod.evaluator(mode)
         views: dict[str, NodeEval] = {}
-        for name in sorted(special):
+        # Nodes untouched by the plan where a filter fails that no eviction there can cure
+        # (`Filters.hopeless`): rejected before any victim is read, in either mode. A zone
+        # spread rules out whole zones at once, so their reason is read only for the few the
+        # explanation lists (`_rejected_here`).
+        hopeless: set[str] = set()
+        for name in sorted(special | touched):
+            if name in touched and filters.hopeless(nodes[name]) is not None:
+                hopeless.add(name)
+                continue
             views[name] = self._evaluate_view(member, judged, name, evaluate)
+        skip = views.keys() | hopeless
         fitting = sorted(
             n
-            for n in (ranking.fitting(views), *(n for n, e in views.items() if e.status == default.FITS))
+            for n in (ranking.fitting(skip), *(n for n, e in views.items() if e.status == default.FITS))
             if n
         )
         if fitting:
@@ -515,22 +530,29 @@ class _Placer:
             return _MemberChoice(
                 fitting[0], None, {"member": member.key, "node": fitting[0], "how": "fits"}, fits=True
             )
-        shared_top = ranking.top(EXPLAIN_NODES, views)  # settles the ranking: its counts are exact
+        shared_top = ranking.top(EXPLAIN_NODES, skip)  # settles the ranking: its counts are exact
         own = [e for e in views.values() if e.status == default.CANDIDATE]
         top = sorted([*shared_top, *own], key=_rank)[:EXPLAIN_NODES]
         node = top[0].node if top else None
         chosen = top[0] if top else None
-        shared = [ranking.state[n] for n in views if n in ranking.state]
+        shared = [ranking.state[n] for n in skip if n in ranking.state]
         rejected = sorted(
             [
-                *(
-                    (n, ranking.reason(n))
-                    for n in ranking.rejected.islice(0, EXPLAIN_NODES + len(views))
-                    if n not in views
-                ),
-                *((n, e.reason) for n, e in views.items() if e.status == default.REJECTED),
+                *(n for n in ranking.rejected.islice(0, EXPLAIN_NODES + len(skip)) if n not in skip),
+                *(n for n, e in views.items() if e.status == default.REJECTED),
+                *hopeless,
             ]
-        )
+        )[:EXPLAIN_NODES]
+
+        def why(n: str) -> str:
+            if n in views:
+                return views[n].reason
+            if n in hopeless:
+                # The node as it is: untouched by the plan, the job's view of it differs
+                # only in the victims listed, which a rejection here never reads.
+                return default.evaluate_node(cluster, nodes[n], judged, self.now).reason
+            return str(ranking.reason(n))
+
         explanation = {
             "member": member.key,
             "node": node,
@@ -539,10 +561,11 @@ class _Placer:
             "candidateCount": ranking.candidate_count
             - sum(e.tier == default.CANDIDATE for e in shared)
             + sum(e.status == default.CANDIDATE for e in views.values()),
-            "rejected": [{"node": n, "reason": why} for n, why in rejected[:EXPLAIN_NODES]],
+            "rejected": [{"node": n, "reason": why(n)} for n in rejected],
             "rejectedCount": len(ranking.rejected)
             - sum(e.tier == default.REJECTED for e in shared)
-            + sum(e.status == default.REJECTED for e in views.values()),
+            + sum(e.status == default.REJECTED for e in views.values())
+            + len(hopeless),
         }
         return _MemberChoice(node, chosen, explanation)
 
@@ -621,6 +644,7 @@ class _FilterCheck:
     members: Sequence[Pod]
     plan: _Plan
     priority: int
+    memo: dict[Any, Any] = field(default_factory=dict)
 
     def broken(self, gone: set[str]) -> str | None:
         """The first member whose filters fail with `gone` away, and why; None: all pass."""
@@ -632,7 +656,8 @@ class _FilterCheck:
             state = cluster.nodes.get(name) if name is not None else None
             if name is None or state is None:
                 break
-            f = interpod.Filters(cluster, m, interpod.Overlay(tuple(placed), frozenset(gone), uids))
+            overlay = interpod.Overlay(tuple(placed), frozenset(gone), uids)
+            f = interpod.Filters(cluster, m, overlay, self.memo)
             if f.active:
                 pre = Preemptor(m, self.priority, m.requests, f)
                 status = f.view(state, default.nominated_pods(cluster, name, pre)).status(True)
@@ -787,7 +812,7 @@ def decide(
         if config.victim_selection == "minimal"
         else {n: placer.evictable(n) for n in plan.on_node}
     )
-    check = _FilterCheck(cluster, members, plan, priority) if plan.filtered else None
+    check = _FilterCheck(cluster, members, plan, priority, placer.memo) if plan.filtered else None
     victims = _reprieve(cluster, plan, pool, nominees, priority, uses, check)
     explanation["victims"] = [v.key for v in victims]
     if check is not None:

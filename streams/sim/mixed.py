@@ -468,6 +468,12 @@ class MixedCluster:
         priority = rng.choice((5000, 10000, 50000))
         cpu_m = rng.choice((2000, 4000, 6000))
         group = f"job-{k:05d}"
+        # A share `interpod` of gangs spread their members, one per host (required
+        # anti-affinity) or evenly over zones (DoNotSchedule spread), as distributed training
+        # jobs do; drawn from their own generator so the other gangs stay as they were.
+        interpod = None
+        if self.interpod and self._interpod_rng.random() < self.interpod:
+            interpod = self._interpod_rng.choice(("anti-hostname", "spread-zone"))
         members = []
         for m in range(size):
             pod = self._pending(f"{group}-{m}", namespace, priority=priority, cpu_m=cpu_m, at=at)
@@ -476,6 +482,9 @@ class MixedCluster:
                 QUOTA_NAME: f"{namespace}-quota",
                 PREEMPTIBLE: "true",
             }
+            if interpod is not None:
+                pod["metadata"]["labels"]["app"] = group
+                pod["spec"].update(_interpod_spec(interpod, group))
             members.append(pod)
         return members
 
