@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SHARED ?= ../shared
+# An external case folder for `make conformance` (SHARED=DIR); none by default.
+SHARED ?=
 
 .PHONY: run test lint unit conformance parity kafka kube-tools tools bench chaos clean
 
@@ -64,10 +65,10 @@ unit: $(STAMP) kube-tools tools
 	PREEMPTCTL_REQUIRE_TOOLS=1 $(BIN)/pytest -q -rs
 
 # The bundled cases (tests/conformance/cases, also part of `make unit`), then an
-# external case folder when one is given or sits beside the checkout (SHARED=...).
+# external case folder when one is given (SHARED=DIR, a folder holding conformance/run.py).
 conformance: $(STAMP)
 	$(BIN)/pytest -q tests/conformance
-	@if [ -f $(SHARED)/conformance/run.py ]; then \
+	@if [ -n "$(SHARED)" ] && [ -f "$(SHARED)/conformance/run.py" ]; then \
 	  $(BIN)/python $(SHARED)/conformance/run.py --cmd "$(BIN)/preemptctl decide"; \
 	fi
 

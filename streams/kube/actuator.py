@@ -59,6 +59,7 @@ from schemas.records import (
     VictimRecord,
 )
 from streams.common import health, logs, signing
+from streams.common.backoff import Backoff
 from streams.common.errors import UsageError
 from streams.kafka import acls, connection, deadletter, lag
 from streams.kafka import topics as topics_mod
@@ -892,7 +893,7 @@ class Actuator:
         On taking the Lease over, the evictions topic is read back first: the previous
         leader may have written outcomes of decisions it had not committed yet.
         """
-        backoff = kube.Backoff()
+        backoff = Backoff()
         recovered = self._elector is None  # without a Lease, the read-back at start is current
         while not stopping.is_set():
             if self._elector is not None and not self._elector.is_leader():

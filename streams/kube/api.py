@@ -11,7 +11,6 @@ This module owns:
 - `json_request`, one request whose answer is its JSON as plain dicts, for the
   actuator's reads and writes (no model round trip either);
 - `ApiError` and `status_of`, one reading of "what did the API answer";
-- `Backoff` (streams.common.backoff, kept importable here), for every retry loop;
 - `micro_time`, the one format times are sent to the server in.
 """
 
@@ -29,14 +28,9 @@ from urllib.request import getproxies, proxy_bypass
 import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.config import ConfigException
-
-from streams.common.backoff import Backoff
 
 __all__ = [
     "ApiError",
-    "Backoff",
-    "ConfigException",
     "TimedApiClient",
     "checked_when_sent",
     "connect",

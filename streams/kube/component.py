@@ -20,8 +20,10 @@ from collections.abc import Callable
 
 from aiokafka.errors import KafkaError
 from kubernetes_asyncio import client
+from kubernetes_asyncio.config import ConfigException
 
 from streams.common import health, logs
+from streams.common.backoff import Backoff
 from streams.common.errors import UsageError
 from streams.kafka import connection, topics
 from streams.kube import api, lease
@@ -136,7 +138,7 @@ async def connect(args: argparse.Namespace) -> client.ApiClient:
     """The ApiClient for `--kubeconfig/--context`; a config that cannot be loaded is a usage error."""
     try:
         return await api.connect(args.kubeconfig, context=args.context)
-    except (OSError, api.ConfigException) as exc:
+    except (OSError, ConfigException) as exc:
         raise UsageError(f"cannot load Kubernetes config: {exc}") from exc
 
 
@@ -161,7 +163,7 @@ async def prepare_broker(
     reach the broker moments after the Secret that holds it: waiting here keeps the
     process live and unready instead of crash-looping, and each wait says why in one line.
     """
-    backoff = api.Backoff()
+    backoff = Backoff()
     while True:
         try:
             await connection.reach(kafka)

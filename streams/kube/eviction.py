@@ -92,6 +92,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter, Histogram
 
 from schemas.records import EvictionResult, VictimRecord
+from streams.common.backoff import Backoff
 from streams.kube import api as kube
 
 log = logging.getLogger(__name__)
@@ -353,13 +354,13 @@ class Actions:
     def _dry(self) -> list[tuple[str, str]]:
         return [("dryRun", "All")] if self.dry_run else []
 
-    def _wait(self, backoff: kube.Backoff, answer: Answer) -> float:
+    def _wait(self, backoff: Backoff, answer: Answer) -> float:
         """The pause before a retry: the backoff, or the server's Retry-After when longer."""
         return max(backoff.delay(), min(answer.retry_after_s or 0.0, self.retry.retry_after_max_s))
 
     async def _call(self, operation: str, call: Callable[[], Awaitable[Any]], *, write: bool) -> Any:
         """One API call with transient retries; the guard runs before each write attempt."""
-        backoff = kube.Backoff(self.retry.transient_backoff_initial_s, self.retry.transient_backoff_max_s)
+        backoff = Backoff(self.retry.transient_backoff_initial_s, self.retry.transient_backoff_max_s)
         for attempt in range(1, self.retry.transient_attempts + 1):
             try:
                 if write:
@@ -531,7 +532,7 @@ class Actions:
             "metadata": {"name": name, "namespace": namespace},
             "deleteOptions": {"preconditions": {"uid": victim["uid"]}},
         }
-        backoff = kube.Backoff(self.retry.eviction_backoff_initial_s, self.retry.eviction_backoff_max_s)
+        backoff = Backoff(self.retry.eviction_backoff_initial_s, self.retry.eviction_backoff_max_s)
         while True:
             attempts[0] += 1
             try:

@@ -49,7 +49,7 @@ Kubernetes edge cases, each handled here and only here:
   would hold back the whole log): its deletion is written as its tombstone;
   anything else is left out, logged as an error and counted.
 - A watch that ends at once with nothing in it is retried with backoff (SHORT_WATCH_S).
-- Any other API error: exponential backoff (kube.Backoff), then the same step again.
+- Any other API error: exponential backoff (streams.common.backoff), then the same step again.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ from engine import projection
 from schemas import VERSION, records
 from schemas.records import CLUSTER_EVENTS
 from streams.common import health
+from streams.common.backoff import Backoff
 from streams.common.errors import UsageError
 from streams.kafka import connection, topics
 from streams.kafka.sink import PRODUCER_MAX_REQUEST_BYTES, KafkaSink, RecordSink
@@ -328,7 +329,7 @@ class Publisher:
         max_record_bytes: int = MAX_RECORD_BYTES,
         max_event_bytes: int = MAX_EVENT_BYTES,
         queue_size: int = QUEUE_MAX_EVENTS,
-        backoff: Callable[[], kube.Backoff] = kube.Backoff,
+        backoff: Callable[[], Backoff] = Backoff,
         guard: Callable[[], None] = lambda: None,
     ) -> None:
         self._sink = sink
@@ -466,7 +467,7 @@ class Source:
         scope: Scope = Scope(),
         tick_seconds: float = DEFAULT_TICK_SECONDS,
         health_state: health.Health | None = None,
-        backoff: Callable[[], kube.Backoff] = kube.Backoff,
+        backoff: Callable[[], Backoff] = Backoff,
         watch_timeout_s: int = WATCH_TIMEOUT_S,
         page_size: int = LIST_PAGE_SIZE,
         crd_recheck_s: float = CRD_RECHECK_S,
@@ -799,7 +800,7 @@ class Source:
         stream.version = version
         return listed
 
-    async def _failed(self, what: str, exc: BaseException, backoff: kube.Backoff) -> None:
+    async def _failed(self, what: str, exc: BaseException, backoff: Backoff) -> None:
         API_ERRORS.labels(what.split("@")[0], kube.reason_of(exc)).inc()
         delay = backoff.delay()
         log.warning("%s failed (%s); retrying in %.1fs", what, str(exc).strip() or type(exc).__name__, delay)
@@ -846,7 +847,7 @@ class Source:
     async def _watch_once(
         self,
         stream: Stream,
-        backoff: kube.Backoff,
+        backoff: Backoff,
         arrived: Arrivals,
         opened: asyncio.Event,
     ) -> int:

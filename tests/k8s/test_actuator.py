@@ -33,6 +33,7 @@ from prometheus_client import REGISTRY
 from schemas import chain, records
 from schemas.records import VictimRecord
 from streams.common import signing
+from streams.common.backoff import Backoff
 from streams.kafka import topics as kafka_topics
 from streams.kafka.deadletter import Origin
 from streams.kafka.sink import KafkaSink, MemorySink
@@ -641,9 +642,9 @@ async def test_eviction_answers_are_read_as_the_server_means_them() -> None:
     assert eviction.Answer.of(TimeoutError()).transient
     # The wait before a retry honours Retry-After (capped), never less than the backoff.
     actions = eviction.Actions(api.for_host("http://127.0.0.1:9"), retry=FAST)
-    assert actions._wait(api.Backoff(0.01, 0.02, jitter=0), throttled) == 3.0
+    assert actions._wait(Backoff(0.01, 0.02, jitter=0), throttled) == 3.0
     capped = eviction.Answer(429, retry_after_s=10_000)
-    assert actions._wait(api.Backoff(0.01, 0.02, jitter=0), capped) == FAST.retry_after_max_s
+    assert actions._wait(Backoff(0.01, 0.02, jitter=0), capped) == FAST.retry_after_max_s
     await actions.api.close()
 
 

@@ -25,6 +25,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from kubernetes_asyncio import client
 
+from streams.common.backoff import Backoff
 from streams.kafka import topics
 from streams.kafka.sink import KafkaSink, MemorySink, RecordSink
 from streams.kube import api as kube
@@ -43,8 +44,8 @@ Event = dict[str, Any]
 PLURALS = {k.kind: plural for plural, k in KINDS.items()}
 
 
-def fast_backoff() -> kube.Backoff:
-    return kube.Backoff(initial_s=0.01, max_s=0.05, jitter=0.0)
+def fast_backoff() -> Backoff:
+    return Backoff(initial_s=0.01, max_s=0.05, jitter=0.0)
 
 
 def seed(fake: FakeApi) -> None:
@@ -211,7 +212,7 @@ async def test_api_errors_back_off_then_recover(served: tuple[FakeApi, client.Ap
     fake.fail("GET", "pods", 500, times=3)
     delays: list[float] = []
 
-    class Recording(kube.Backoff):
+    class Recording(Backoff):
         def delay(self) -> float:
             delays.append(super().delay())
             return delays[-1]
@@ -372,8 +373,8 @@ async def test_a_watch_that_ends_at_once_is_retried_with_backoff(
     fake.create("nodes", objects.node("n1"))
     sink = MemorySink()
 
-    def backoff() -> kube.Backoff:
-        return kube.Backoff(initial_s=0.1, max_s=0.4, jitter=0.0)
+    def backoff() -> Backoff:
+        return Backoff(initial_s=0.1, max_s=0.4, jitter=0.0)
 
     fake.short_watches = True
     async with running(api, sink, backoff=backoff):
