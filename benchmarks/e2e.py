@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/e2e.py --nodes 1000 --pods-per-node 10 --preemptors 30 --victims 4
     .venv/bin/python benchmarks/e2e.py --nodes 40 --preemptors 6 --output json      # a quick look
 
-One control plane (tests/e2e/stack.py: kube-apiserver + etcd, kube-scheduler v1.34.2
+One control plane (testbed/stack.py: kube-apiserver + etcd, kube-scheduler v1.34.2
 with both profiles of docs/deploy.md, kwok faking the nodes) and preemptctl's source,
 worker and actuator on the embedded tansu. The nodes are split in two halves by a
 label, one per profile, each node full of low-priority pods (bound directly; their
@@ -49,8 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from schemas import records
 from streams.brokers import embedded
-from tests.e2e import objects
-from tests.e2e.stack import ControlPlane, Stack, stack, wait_for
+from testbed import objects
+from testbed.stack import ControlPlane, Stack, stack, wait_for
 
 NAMESPACE = "bench"
 PROFILES = {"preemptctl": "preemptctl-scheduler", "default": "default-scheduler"}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build kwok v0.7.0 (sigs.k8s.io/kwok, from the Go module proxy) once, into the user's cache.
 #
-# The end-to-end tests (tests/e2e) and `preemptctl bench e2e` fake nodes with kwok:
+# The end-to-end tests (tests/e2e) and benchmarks/e2e.py fake nodes with kwok:
 # it keeps kwok-managed nodes Ready (heartbeats, leases) and plays the lifecycle of
 # the pods bound to them (Running, then gone once deleted), so kube-scheduler, the
 # API server and preemptctl run for real while no kubelet exists. kwok is built

@@ -11,7 +11,7 @@
 #   helm 3          helm.sh/helm/v3 from the Go module proxy (deploy/kube/build-helm3.sh; the chart
 #                   is linted and rendered with helm 3 and helm 4; ~2-9 min once)
 #
-# A piece that cannot be had is reported and skipped, never fatal: tests/k8s/cluster.py then
+# A piece that cannot be had is reported and skipped, never fatal: testbed/cluster.py then
 # skips the real-API-server tests with the reason, so a machine without Go still runs the rest.
 #
 # Usage: deploy/kube/install-tools.sh      (make kube-tools)

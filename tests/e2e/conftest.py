@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 
 from streams.brokers import embedded
+from testbed import cluster as cluster_mod
+from testbed import scheduler as scheduler_mod
+from testbed import stack as stack_mod
 from tests import tools
-from tests.e2e import stack as stack_mod
-from tests.k8s import cluster as cluster_mod
-from tests.k8s import scheduler as scheduler_mod
 
 NAMESPACE = "e2e"
 # Victims are evicted (policy/v1 Eviction) in the tansu stack, so a PDB is honoured by the

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import objects
+from testbed import objects
+from testbed.stack import ControlPlane, Stack, wait_for
 from tests.e2e.conftest import NAMESPACE
-from tests.e2e.stack import ControlPlane, Stack, wait_for
 from tests.e2e.test_loop import (
     BIND_TIMEOUT_S,
     HIGH,

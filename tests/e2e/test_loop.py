@@ -2,7 +2,7 @@
 
 kube-apiserver + etcd, kube-scheduler v1.34.2 with both profiles of docs/deploy.md,
 kwok faking the nodes and the pods' lifecycle, and preemptctl's source, worker and
-actuator as processes (tests/e2e/stack.py). Each test builds its own small corner of
+actuator as processes (testbed/stack.py). Each test builds its own small corner of
 the cluster (nodes labelled with its group, pods selecting them) and waits, polling
 the API server, for what a user would see: the preemptor bound, the victims gone.
 Waits are generous deadlines for a loaded machine, never timings asserted.
@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import objects
+from testbed import objects
+from testbed.stack import ControlPlane, Stack, wait_for
 from tests.e2e.conftest import KAFKA_NAMESPACE, NAMESPACE
-from tests.e2e.stack import ControlPlane, Stack, wait_for
 
 # From a preemptor's creation to its binding: a decision, evictions, kwok removing the
 # victims and kube-scheduler's retry take about a second on idle cores; a loaded CI

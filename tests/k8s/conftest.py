@@ -1,6 +1,6 @@
 """Fixtures for the Kubernetes-facing tests: a real kube-apiserver, a kmock API server, a broker.
 
-The real API server (tests/k8s/cluster.py) is per session, with the chart
+The real API server (testbed/cluster.py) is per session, with the chart
 installed; tests use fresh namespaces and names. The kmock server (FakeApi) is
 per test and serves the faults a real server will not produce on demand. The
 embedded tansu broker is per session, so tests that use it write to fresh topics.
@@ -17,8 +17,8 @@ import pytest
 from kubernetes_asyncio import client
 
 from streams.kube import api as kube
+from testbed import cluster
 from tests import tools
-from tests.k8s import cluster
 from tests.k8s.fakeapi import FakeApi
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "preemptctl"

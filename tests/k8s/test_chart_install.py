@@ -1,4 +1,4 @@
-"""The chart installed by the real helm into the real kube-apiserver (tests/k8s/cluster.py).
+"""The chart installed by the real helm into the real kube-apiserver (testbed/cluster.py).
 
 - as a dependency of an umbrella chart (no globals set, as Argo CD and Flux users start): it
   installs, with its values under the dependency's key;
@@ -38,7 +38,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from streams.common import options
 from streams.kube import api as kube
 from streams.kube import lease
-from tests.k8s import cluster
+from testbed import cluster
 from tests.k8s.conftest import CHART
 from tests.k8s.test_chart_many_installs import (
     ALIAS_VALUES,

@@ -23,7 +23,7 @@ import yaml
 from schemas import chain
 from streams.common.errors import UsageError
 from streams.kafka import acls, connection, topics
-from tests.k8s import cluster
+from testbed import cluster
 from tests.k8s.test_deploy import CHART, by_kind, cli, container, helm, helm_template, manifests, values
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from schemas import chain
-from tests.k8s import cluster
+from testbed import cluster
 from tests.k8s.test_deploy import by_kind, cli, container, helm_template, manifests, public_pem, values
 
 SOFT = "scheduling.koordinator.sh/soft-eviction"

@@ -33,8 +33,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from schemas import chain
 from streams.kube import actuator, source
+from testbed import cluster
 from tests import tools
-from tests.k8s import cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "preemptctl"
@@ -571,7 +571,7 @@ def test_deployments_run_the_right_component_with_probes(chart_values: dict[str,
 
 def test_the_source_is_scoped_to_the_documented_scheduler_profile() -> None:
     """The default scheduler name is the profile docs/deploy.md configures (DefaultPreemption off)."""
-    from tests.k8s import scheduler
+    from testbed import scheduler
 
     deploy_doc = (ROOT / "docs" / "deploy.md").read_text()
     profile = yaml.safe_load(deploy_doc.split("```yaml\n", 1)[1].split("```", 1)[0])

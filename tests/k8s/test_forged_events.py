@@ -31,7 +31,7 @@ from aiokafka import AIOKafkaProducer
 from schemas import VERSION
 from streams.kafka import reading
 from streams.kafka import topics as kafka_topics
-from tests.k8s import cluster
+from testbed import cluster
 from tests.k8s.test_commands import command, stop
 from tests.k8s.test_real_api import get_pod, no_component_is_forbidden, ns  # noqa: F401 - fixtures
 

@@ -25,13 +25,13 @@ from streams.kube.actuator import Actuator
 from streams.kube.ledger import Ledger
 from streams.kube.preemptor_events import PreemptorEvents, TokenBucket
 from streams.sim import traces
+from testbed import cluster
 from tests import audit_traces
-from tests.k8s import cluster
 from tests.k8s.test_actuator import FAST, KEY, ORIGIN, decision, victim
 from tests.k8s.test_real_api import ns, pod, preemptor  # noqa: F401 - ns is a fixture
 
 # The fields kube-scheduler v1.34.2 sets on its FailedScheduling Event (read from a real
-# kube-scheduler against this API server: tests/k8s/scheduler.py); ours sets each of them.
+# kube-scheduler against this API server: testbed/scheduler.py); ours sets each of them.
 KUBE_SCHEDULER_FIELDS = {"eventTime", "reportingController", "reportingInstance", "action", "reason",
                          "regarding", "note", "type"}  # fmt: skip
 

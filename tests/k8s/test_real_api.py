@@ -1,4 +1,4 @@
-"""The Kubernetes edge against a real kube-apiserver v1.34 (tests/k8s/cluster.py), as the chart's accounts.
+"""The Kubernetes edge against a real kube-apiserver v1.34 (testbed/cluster.py), as the chart's accounts.
 
 The chart is installed in the session's API server by a real `helm template`
 and `kubectl apply --server-side`; the source and the actuator authenticate as
@@ -45,8 +45,9 @@ from streams.kube import eviction, lease, source
 from streams.kube.actuator import Actuator
 from streams.kube.ledger import Ledger
 from streams.sim import apiserver
-from tests.k8s import cluster, test_deploy
+from testbed import cluster
 from tests.k8s import test_actuator as actuator_tests
+from tests.k8s import test_deploy
 from tests.k8s.conftest import CHART
 from tests.k8s.proxy import FaultProxy
 from tests.k8s.test_actuator import FAST, KEY, ORIGIN, victim

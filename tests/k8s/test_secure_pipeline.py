@@ -39,8 +39,8 @@ from streams.brokers.process import free_loopback_port
 from streams.common import signing
 from streams.kafka import acls, connection, reading, topics
 from streams.sim import apiserver
+from testbed import cluster
 from tests import secure_kafka as sk
-from tests.k8s import cluster
 from tests.k8s.test_commands import command
 
 SECRET = "zq9-s3cr3t-token"

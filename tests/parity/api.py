@@ -1,6 +1,6 @@
 """Fast admin calls to the test API server: kept-alive connections, requests in parallel.
 
-tests/k8s/cluster.py's `request` opens a TLS connection per call, which costs
+testbed/cluster.py's `request` opens a TLS connection per call, which costs
 about as much as the call itself; a parity run writes a few hundred objects per
 cluster, hundreds of clusters a run. `Api` keeps one HTTPS connection per worker
 thread and sends independent writes (every pod of a cluster, say) in parallel.
@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.k8s import cluster as cluster_mod
+from testbed import cluster as cluster_mod
 
 # Parallel writers: the API server and etcd share the machine's two cores with
 # everything else, so more only queue up; four keep both busy while one waits.

@@ -1,6 +1,6 @@
 """One control plane and one harness for every parity test; the counts reported at the end.
 
-The control plane is kube-apiserver + etcd (tests/k8s/cluster.py) with the
+The control plane is kube-apiserver + etcd (testbed/cluster.py) with the
 TaintNodesByCondition admission plugin off: no node-lifecycle controller runs
 to lift the not-ready taint it would put on every node. kube-scheduler runs
 fresh for each scenario (tests/parity/harness.py).
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from testbed import cluster as k8s
+from testbed import scheduler as scheduler_mod
 from tests import tools
-from tests.k8s import cluster as k8s
-from tests.k8s import scheduler as scheduler_mod
 from tests.parity import classify as classify_mod
 from tests.parity.harness import Harness
 

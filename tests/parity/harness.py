@@ -1,6 +1,6 @@
 """Run one scenario against the real kube-scheduler and against preemptctl, on the same objects.
 
-For each scenario, on one long-lived kube-apiserver + etcd (tests/k8s/cluster.py):
+For each scenario, on one long-lived kube-apiserver + etcd (testbed/cluster.py):
 
 1. the objects are written (classes, nodes, PDBs and their status, pods and their
    status, terminating pods deleted with a grace period no kubelet will end, the
@@ -34,8 +34,8 @@ from engine import cluster as cluster_mod
 from engine import flows, timeutil
 from engine.config import Config
 from engine.decision import Decision
-from tests.k8s import cluster as k8s
-from tests.k8s import scheduler as scheduler_mod
+from testbed import cluster as k8s
+from testbed import scheduler as scheduler_mod
 from tests.parity import api as api_mod
 from tests.parity.scenario import (
     CLASS_LABEL,

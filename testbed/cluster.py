@@ -34,7 +34,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from streams.brokers.process import free_loopback_port
+from testbed import lifecycle
 
 KUBE_VERSION = "1.34.2"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "preemptctl" / "kube"
@@ -106,7 +107,7 @@ def prerequisites() -> tuple[Path, Path, Path]:
 
 
 @dataclass
-class TestCluster:
+class TestCluster(lifecycle.Lifecycle):
     """etcd + kube-apiserver; `with TestCluster() as c:` starts both, leaving stops them."""
 
     __test__ = False  # not a pytest test class
@@ -125,17 +126,6 @@ class TestCluster:
     _tokens: dict[str, str] = field(default_factory=dict)
 
     # ---- lifecycle ---------------------------------------------------------------------
-
-    def __enter__(self) -> TestCluster:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         etcd, apiserver, openssl = prerequisites()
@@ -204,40 +194,24 @@ class TestCluster:
 
     def stop(self) -> None:
         for process in reversed(self._processes):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            lifecycle.terminate(process, STOP_TIMEOUT_S)
         self._processes.clear()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _spawn(self, name: str, argv: list[Any]) -> None:
-        log = open(self.root / f"{name}.log", "wb")  # noqa: SIM115 - the child writes it until stopped
-        self._processes.append(
-            subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT, cwd=self.root)
-        )
-        log.close()
+        self._processes.append(lifecycle.spawn(argv, self.root / f"{name}.log", cwd=self.root))
 
-    def _wait(self, ready: Any, name: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not ready():
-            for process in self._processes:
-                if process.poll() is not None:
-                    raise RuntimeError(f"{name} exited ({process.returncode}): {self.log_tail(name)}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{name} not ready after {timeout_s:g}s: {self.log_tail(name)}")
-            time.sleep(0.1)
+    def _wait(self, ready: Callable[[], bool], name: str, timeout_s: float) -> None:
+        lifecycle.wait_ready(
+            ready, name, timeout_s, children=self._processes, tail=lambda: self.log_tail(name)
+        )
 
     def log_tail(self, name: str, lines: int = 20) -> str:
-        path = self.root / f"{name}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+        return lifecycle.log_tail(self.root / f"{name}.log", lines)
 
     def _ready(self) -> bool:
         try:
-            return self.request("GET", "/readyz", raw=True) == "ok"
+            return bool(self.request("GET", "/readyz", raw=True) == "ok")
         except (OSError, urllib.error.URLError, ssl.SSLError):
             return False
 
@@ -374,8 +348,20 @@ def install_chart(running: TestCluster, chart: Path) -> None:
     rendered = subprocess.run(
         # The actuator acts here (its explicit choice, the chart's required actuator.mode).
         # The Leases keep the names the tests' electors use (the chart's default is RELEASE-<component>).
-        [helm, "template", RELEASE, str(chart), "--namespace", NAMESPACE, "--set", "actuator.mode=act",
-         "--set", "actuator.leaseName=preemptctl-actuator", "--set", "source.leaseName=preemptctl-source"],
+        [
+            helm,
+            "template",
+            RELEASE,
+            str(chart),
+            "--namespace",
+            NAMESPACE,
+            "--set",
+            "actuator.mode=act",
+            "--set",
+            "actuator.leaseName=preemptctl-actuator",
+            "--set",
+            "source.leaseName=preemptctl-source",
+        ],
         check=True,
         capture_output=True,
     ).stdout

@@ -1,4 +1,4 @@
-"""A real kube-scheduler v1.34.2 against the test API server (tests/k8s/cluster.py).
+"""A real kube-scheduler v1.34.2 against the test API server (testbed/cluster.py).
 
 The binary is built by deploy/kube/build-scheduler.sh (make kube-tools): plain
 kube-scheduler v1.34.2 with scheduler-plugins' PreemptionToleration registered,
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ssl
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -27,7 +26,8 @@ from typing import Any
 import yaml
 
 from streams.brokers.process import free_loopback_port
-from tests.k8s import cluster as cluster_mod
+from testbed import cluster as cluster_mod
+from testbed import lifecycle
 
 PLUGINS_VERSION = "0.34.7"
 SCHEDULER = cluster_mod.CACHE / f"kube-scheduler-v{cluster_mod.KUBE_VERSION}-plugins-v{PLUGINS_VERSION}"
@@ -68,7 +68,7 @@ def binary() -> Path:
 
 
 @dataclass
-class KubeScheduler:
+class KubeScheduler(lifecycle.Lifecycle):
     """`with KubeScheduler(cluster, [profiles]) as s:` runs kube-scheduler until the block ends."""
 
     cluster: cluster_mod.TestCluster
@@ -77,17 +77,6 @@ class KubeScheduler:
     extra_args: tuple[str, ...] = ()
     port: int = 0
     _process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> KubeScheduler:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     @property
     def log_path(self) -> Path:
@@ -109,39 +98,26 @@ class KubeScheduler:
             )
         )
         self.port = free_loopback_port()
-        log = open(self.log_path, "wb")  # noqa: SIM115 - the child writes it until stopped
-        self._process = subprocess.Popen(
+        self._process = lifecycle.spawn(
             [
-                str(program),
+                program,
                 f"--config={config}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={self.port}",
                 f"--cert-dir={root / (self.name + '-certs')}",
                 *self.extra_args,
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            self.log_path,
             cwd=root,
         )
-        log.close()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not self._healthy():
-            if self._process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited ({self._process.returncode}): {self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} not healthy after {START_TIMEOUT_S:g}s: {self.log_tail()}")
-            time.sleep(0.1)
+        lifecycle.wait_ready(
+            self._healthy, self.name, START_TIMEOUT_S, children=[self._process], tail=self.log_tail
+        )
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            lifecycle.terminate(process, STOP_TIMEOUT_S)
 
     def _healthy(self) -> bool:
         # The serving certificate is the scheduler's own self-signed one.
@@ -155,5 +131,4 @@ class KubeScheduler:
             return False
 
     def log_tail(self, lines: int = 30) -> str:
-        path = self.log_path
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+        return lifecycle.log_tail(self.log_path, lines)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.e2e.stack import PREEMPTCTL_SCHEDULER
+from testbed.stack import PREEMPTCTL_SCHEDULER
 
 # Every object a test creates carries this label with the test's name: its pods pick its
 # nodes by it (nodeSelector), so tests do not share capacity.

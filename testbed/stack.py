@@ -1,6 +1,6 @@
-"""The whole loop on a real control plane, for tests/e2e and `preemptctl bench e2e`.
+"""The whole loop on a real control plane, for tests/e2e and benchmarks/e2e.py.
 
-`ControlPlane`: kube-apiserver + etcd (tests/k8s/cluster.py) with the chart's
+`ControlPlane`: kube-apiserver + etcd (testbed/cluster.py) with the chart's
 RBAC, kube-scheduler v1.34.2 with both profiles of docs/deploy.md (preemptctl's,
 DefaultPreemption off, and the default one), and kwok v0.7.0 faking every node
 and the lifecycle of the pods bound to them (Running once bound, gone once
@@ -12,6 +12,8 @@ deployed (each its own command, the source and actuator with the chart's
 ServiceAccount identities), on one broker, for one cluster name and one
 namespace. Processes log to files in the stack's directory; `dump()` prints
 their tails for a failing test.
+
+Both are `testbed.lifecycle.Lifecycle`s: `with` starts them and stops them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,10 +40,11 @@ import orjson
 from schemas import chain
 from streams.brokers import process as process_mod
 from streams.kafka import reading, topics
-from tests.k8s import cluster as cluster_mod
-from tests.k8s import scheduler as scheduler_mod
+from testbed import cluster as cluster_mod
+from testbed import lifecycle
+from testbed import scheduler as scheduler_mod
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy" / "helm" / "preemptctl"
 KWOK_VERSION = "0.7.0"
 KWOK = cluster_mod.CACHE / f"kwok-v{KWOK_VERSION}"
@@ -81,7 +85,7 @@ def wait_for(check: Callable[[], T | None], what: str, timeout_s: float, *, ever
 
 
 @dataclass
-class ControlPlane:
+class ControlPlane(lifecycle.Lifecycle):
     """kube-apiserver + etcd + kube-scheduler + kwok; `with ControlPlane() as cp:`."""
 
     cluster: cluster_mod.TestCluster = field(
@@ -94,42 +98,30 @@ class ControlPlane:
     _kwok: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> ControlPlane:
-        kwok = kwok_binary()
+        # Missing tools are said before anything starts: nothing to stop then.
+        kwok_binary()
         scheduler_mod.binary()
-        try:
-            self.cluster.start()
-            cluster_mod.install_chart(self.cluster, CHART)
-            log = (self.cluster.root / "kwok.log").open("wb")
-            self._kwok = subprocess.Popen(
-                [kwok, f"--kubeconfig={self.cluster.kubeconfig('admin')}", "--manage-all-nodes=true"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.cluster.root,
-            )
-            log.close()
-            self.scheduler = scheduler_mod.KubeScheduler(
-                self.cluster, [scheduler_mod.PREEMPTCTL_PROFILE, scheduler_mod.DEFAULT_PROFILE]
-            )
-            self.scheduler.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        return super().__enter__()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def start(self) -> None:
+        self.cluster.start()
+        cluster_mod.install_chart(self.cluster, CHART)
+        self._kwok = lifecycle.spawn(
+            [kwok_binary(), f"--kubeconfig={self.cluster.kubeconfig('admin')}", "--manage-all-nodes=true"],
+            self.cluster.root / "kwok.log",
+            cwd=self.cluster.root,
+        )
+        self.scheduler = scheduler_mod.KubeScheduler(
+            self.cluster, [scheduler_mod.PREEMPTCTL_PROFILE, scheduler_mod.DEFAULT_PROFILE]
+        )
+        self.scheduler.start()
 
     def stop(self) -> None:
         if self.scheduler is not None:
             self.scheduler.stop()
         kwok, self._kwok = self._kwok, None
-        if kwok is not None and kwok.poll() is None:
-            kwok.terminate()
-            try:
-                kwok.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                kwok.kill()
-                kwok.wait()
+        if kwok is not None:
+            lifecycle.terminate(kwok, STOP_TIMEOUT_S)
         self.cluster.stop()
 
     # ---- objects --------------------------------------------------------------------
@@ -147,7 +139,7 @@ class ControlPlane:
         return found
 
     def pods(self, namespace: str, selector: str = "") -> list[dict[str, Any]]:
-        query = f"?labelSelector={urllib.request.quote(selector)}" if selector else ""
+        query = f"?labelSelector={urllib.parse.quote(selector)}" if selector else ""
         items: list[dict[str, Any]] = self.get(f"/api/v1/namespaces/{namespace}/pods{query}")["items"]
         return items
 
@@ -186,8 +178,11 @@ def _collection(obj: dict[str, Any]) -> str:
 # ---- preemptctl --------------------------------------------------------------------------
 
 
+COMPONENTS = ("source", "worker", "actuator")  # in the order they start
+
+
 @dataclass
-class Stack:
+class Stack(lifecycle.Lifecycle):
     """source, worker and actuator for `cluster` (the record key) on `bootstrap`, watching `namespace`."""
 
     plane: ControlPlane
@@ -213,18 +208,8 @@ class Stack:
         (self.root / "signing-keys").mkdir(exist_ok=True)
         (self.root / "signing-keys" / SIGNING_KEY_ID).write_bytes(chain.public_pem(private))
 
-    def __enter__(self) -> Stack:
-        try:
-            self.start("source")
-            self.start("worker")
-            self.start("actuator")
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__exit__(*exc)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def argv(self, component: str) -> list[str]:
@@ -254,27 +239,34 @@ class Stack:
             "--signing-keys-dir", str(self.root / "signing-keys"), *health,
         ]  # fmt: skip
 
-    def start(self, component: str) -> None:
+    def start(self, *components: str) -> None:
+        """Start `components` (all three, in order, when none is named), each ready before the next."""
+        for component in components or COMPONENTS:
+            self._start(component)
+
+    def _start(self, component: str) -> None:
         self.ports[component] = process_mod.free_loopback_port()
         self.generation += 1
         self.generations[component] = self.generation
-        log = (self.root / f"{component}-{self.generation}.log").open("wb")
-        process = subprocess.Popen(
+        process = lifecycle.spawn(
             [sys.executable, "-m", "streams.cli", *self.argv(component)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            self.root / f"{component}-{self.generation}.log",
             start_new_session=True,
             env=dict(os.environ),
             cwd=self.root,  # the faust app writes its `<group>-data` folder in its working directory
         )
-        log.close()
         self.processes[component] = process
-        wait_for(lambda: self._ready(component), f"{component} ready\n{self.dump()}", START_TIMEOUT_S)
+        lifecycle.wait_ready(
+            lambda: self._ready(component),
+            component,
+            START_TIMEOUT_S,
+            children=[process],
+            tail=self.dump,
+            every_s=0.2,
+            error=AssertionError,
+        )
 
     def _ready(self, component: str) -> bool:
-        process = self.processes[component]
-        if process.poll() is not None:
-            raise AssertionError(f"{component} exited ({process.returncode})\n{self.dump()}")
         try:
             url = f"http://127.0.0.1:{self.ports[component]}/readyz"
             with urllib.request.urlopen(url, timeout=2) as response:
@@ -283,14 +275,7 @@ class Stack:
             return False
 
     def kill(self, component: str, sig: signal.Signals = signal.SIGKILL) -> None:
-        process = self.processes.pop(component)
-        if process.poll() is None:
-            os.killpg(process.pid, sig)
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        lifecycle.terminate(self.processes.pop(component), STOP_TIMEOUT_S, sig=sig, group=True)
 
     def pause(self, component: str) -> None:
         os.killpg(self.processes[component].pid, signal.SIGSTOP)
