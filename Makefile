@@ -59,7 +59,7 @@ tools:
 	fi
 
 # `make test` installs every tool above and then requires it: with PREEMPTCTL_REQUIRE_TOOLS set
-# (tests/tools.py), a test whose tool is missing fails, saying which, instead of skipping. Plain
+# (tests/support/tools.py), a test whose tool is missing fails, saying which, instead of skipping. Plain
 # `pytest` keeps skipping with the reason, for contributors without the tools.
 unit: $(STAMP) kube-tools tools
 	PREEMPTCTL_REQUIRE_TOOLS=1 $(BIN)/pytest -q -rs

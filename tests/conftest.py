@@ -1,7 +1,7 @@
 """Session-wide brokers: the embedded tansu and a real Apache Kafka, one of each per test run.
 
 Both yield a bootstrap string; `secure_kafka` is a third, a secured Apache Kafka
-(SASL_SSL, mTLS, ACLs: tests/secure_kafka.py). Every test that needs Kafka ends up marked `kafka`
+(SASL_SSL, mTLS, ACLs: tests/support/secure_kafka.py). Every test that needs Kafka ends up marked `kafka`
 (tests/integration/conftest.py), so `pytest -m "not kafka"` runs without a JVM.
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from streams.brokers import embedded, kafka_local
-from tests import secure_kafka as secure_kafka_mod
-from tests import tools
+from tests.support import secure_kafka as secure_kafka_mod
+from tests.support import tools
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -22,7 +22,7 @@ from streams.cli import main
 from streams.kafka import logio
 from streams.pipeline import fold
 from streams.sim import traces
-from tests import audit_traces
+from tests.support import audit_traces
 
 KEY = b"audit-test-key"
 

@@ -25,7 +25,7 @@ from engine.config import Config
 from engine.default import Preemptor
 from engine.index import Index
 from engine.nodetable import NodeTable
-from tests import gen
+from tests.support import gen
 
 SETTINGS = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PRIORITIES = (-(2**31), -5, 0, 10, 10, 100, 1000)

@@ -21,7 +21,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from schemas import cloudevent, records
 from streams.sim import traces
-from tests import audit_traces
+from tests.support import audit_traces
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 ORIGIN = [

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from engine.config import Config
 from streams.pipeline.controller import Controller
-from tests import gen
+from tests.support import gen
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TS = "2026-01-01T00:00:00Z"

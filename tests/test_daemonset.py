@@ -7,7 +7,7 @@ from typing import Any
 from engine import case as case_mod
 from engine import daemonset, objects
 from engine.decision import EVICT, FITS, PREEMPT, UNSCHEDULABLE, WAIT, Decision
-from tests.flowgen import NOW, daemonset_owner, ds_pod, node, running, tolerant_forever
+from tests.support.flowgen import NOW, daemonset_owner, ds_pod, node, running, tolerant_forever
 
 MULTIPLE = {"daemonset": {"victimSelectionStrategy": ["multiple"]}}
 

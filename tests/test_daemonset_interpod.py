@@ -13,7 +13,7 @@ from typing import Any
 
 from engine import case as case_mod
 from engine.decision import FITS, PREEMPT, UNSCHEDULABLE, Decision
-from tests.flowgen import NOW, ds_pod, node, running
+from tests.support.flowgen import NOW, ds_pod, node, running
 
 
 def decide(objs: list[dict[str, Any]], pre: dict[str, Any]) -> Decision:

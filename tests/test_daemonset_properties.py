@@ -18,7 +18,7 @@ from engine import case as case_mod
 from engine import daemonset, placement, resources, victims
 from engine.decision import FITS, PREEMPT, Decision
 from engine.objects import Pod
-from tests import flowgen, gen
+from tests.support import flowgen, gen
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -8,7 +8,7 @@ from engine import case as case_mod
 from engine import cluster as cluster_mod
 from engine import default, objects
 from engine.decision import FITS, PREEMPT, UNSCHEDULABLE, WAIT, Decision
-from tests.gen import NOW, node, pdb, pod
+from tests.support.gen import NOW, node, pdb, pod
 
 
 def decide(objs: list[dict[str, Any]], pre: dict[str, Any], config: dict[str, Any] | None = None) -> Decision:

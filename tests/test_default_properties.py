@@ -16,7 +16,7 @@ from engine import case as case_mod
 from engine import default, reference, resources
 from engine.decision import FITS, PREEMPT
 from engine.default import Preemptor
-from tests import gen
+from tests.support import gen
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -249,7 +249,7 @@ def test_the_decision_record_docs_show_is_the_bundled_examples_first() -> None:
     its decision record (hash included) is the first one `run` decides, so a change of the
     engine, its version or the record's shape shows here."""
     from streams.sim import traces
-    from tests import audit_traces
+    from tests.support import audit_traces
 
     text = (ROOT / "docs" / "topics.md").read_text()
     (shown,) = [b for b in re.findall(r"```json\n(.*?)\n```", text, re.S) if b.startswith('{\n  "v": 1,')]

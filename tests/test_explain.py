@@ -1,7 +1,7 @@
 """`preemptctl explain`: its answers must match the decision records they are drawn from.
 
 Decision logs come from real runs of small stories (the bundled example and
-tests.audit_traces) through the offline replay; the answers are checked against
+tests.support.audit_traces) through the offline replay; the answers are checked against
 the records themselves: the same decision ids, preemptors, nodes and victims.
 """
 
@@ -20,7 +20,7 @@ from streams.cli import main
 from streams.kafka import logio
 from streams.pipeline import fold
 from streams.sim import traces
-from tests import audit_traces
+from tests.support import audit_traces
 
 
 def _decisions(trace: list[dict[str, Any]], config: Config | None = None) -> list[dict[str, Any]]:

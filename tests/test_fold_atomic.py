@@ -28,7 +28,7 @@ from schemas import chain
 from streams.pipeline import fold
 from streams.pipeline.controller import BadEvent, Controller
 from streams.sim import simulator, traces
-from tests import gen
+from tests.support import gen
 
 SETTINGS = settings(
     max_examples=200,

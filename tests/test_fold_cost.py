@@ -23,8 +23,8 @@ from streams.pipeline import worker as worker_mod
 from streams.pipeline.controller import Controller, Retry
 from streams.pipeline.worker import PartitionWorker
 from streams.sim import simulator, traces
-from tests import gen
-from tests.memory_pipeline import Pipeline, batches
+from tests.support import gen
+from tests.support.memory_pipeline import Pipeline, batches
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

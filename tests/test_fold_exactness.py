@@ -7,7 +7,7 @@ included: nothing a decision reads may depend on the path the objects took.
 
 The named tests are the two ways folding once kept history (each fails with its
 fix reverted); the property test drives a folded cluster through a generator
-made to differ from tests/churn.py on purpose (tests/foldgen.py: classes deleted
+made to differ from tests/support/churn.py on purpose (tests/support/foldgen.py: classes deleted
 and re-created with other values, priorities written later, global defaults
 appearing, resource keys going to zero, nodes and pods re-created with new uids,
 stale re-deliveries) and compares it after every event with a cluster built
@@ -29,7 +29,7 @@ from engine.cluster import Cluster
 from engine.config import Config
 from engine.decision import Decision
 from engine.index import Index
-from tests import flowgen, foldgen, gen
+from tests.support import flowgen, foldgen, gen
 
 
 def record(d: Decision) -> bytes:

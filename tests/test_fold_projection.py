@@ -28,8 +28,9 @@ from streams.pipeline import fold, snapshot, store
 from streams.pipeline.controller import Controller
 from streams.pipeline.worker import SnapshotPolicy
 from streams.sim import apiserver, simulator, traces
-from tests import flowgen, gen, test_liveness, test_projection
-from tests.memory_pipeline import CLUSTER, Pipeline, batches
+from tests import test_liveness, test_projection
+from tests.support import flowgen, gen
+from tests.support.memory_pipeline import CLUSTER, Pipeline, batches
 
 SECRET = test_projection.SECRET
 SMALL_SNAPSHOTS = SnapshotPolicy(min_events=300, events_per_object=0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from engine.config import Config
 from streams.pipeline.controller import Controller
-from tests import gen
+from tests.support import gen
 
 TS = "2026-01-01T00:00:00Z"
 GROUP = "pod-group.scheduling.sigs.k8s.io"

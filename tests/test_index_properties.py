@@ -1,6 +1,6 @@
 """The incremental index gives exactly the answers of a fresh, literal evaluation, through churn.
 
-A small mixed cluster (tests.churn) evolves through random watch events folded
+A small mixed cluster (tests.support.churn) evolves through random watch events folded
 with `Cluster.apply` (pods bound, deleted, terminating, nominated, heartbeats;
 PDB status, selector, creation and deletion; a toleration policy changed; quotas
 resized; nodes added, cordoned, resized, deleted and created again; time passing
@@ -35,7 +35,7 @@ from engine.config import Config
 from engine.decision import Decision
 from engine.index import Index, full_scan
 from engine.objects import Pod
-from tests import churn, flowgen, gen
+from tests.support import churn, flowgen, gen
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

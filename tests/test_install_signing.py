@@ -28,7 +28,7 @@ from streams.kafka import topics as kafka_topics
 from streams.kube import actuator
 from streams.pipeline import app, fold
 from streams.sim import simulator, traces
-from tests.memory_pipeline import Pipeline, batches
+from tests.support.memory_pipeline import Pipeline, batches
 
 PRIVATE = chain.new_private_pem()
 PUBLIC = chain.public_pem(PRIVATE)

@@ -13,7 +13,7 @@ from typing import Any
 
 from engine import case as case_mod
 from engine.decision import WAIT
-from tests import gen
+from tests.support import gen
 
 
 def _decide(*, port: bool) -> Any:

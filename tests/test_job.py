@@ -10,7 +10,7 @@ from engine import cluster as cluster_mod
 from engine import config as config_mod
 from engine import flows, job, objects
 from engine.decision import DELETE, FITS, LABEL, PREEMPT, UNSCHEDULABLE, WAIT, Decision
-from tests.flowgen import NOW, jpod, node, quota, tolerant_forever
+from tests.support.flowgen import NOW, jpod, node, quota, tolerant_forever
 
 GROUP = "job1"
 

@@ -17,7 +17,7 @@ from engine import job, resources, victims
 from engine.cluster import Cluster
 from engine.decision import DELETE, FITS, LABEL, PREEMPT, Decision
 from engine.objects import ElasticQuota, Pod
-from tests import flowgen
+from tests.support import flowgen
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Half the examples under pressure (quota gate passed, may trigger), so victim

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from streams.cli import main
 from streams.common.errors import UsageError
 from streams.kafka import connection
-from tests import secure_kafka, tools
+from tests.support import secure_kafka, tools
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"

@@ -22,7 +22,7 @@ from engine.config import Config
 from schemas.records import DecisionRecord
 from streams.pipeline import controller as controller_mod
 from streams.pipeline.controller import Controller, backoff
-from tests import flowgen, gen
+from tests.support import flowgen, gen
 
 BASE_SECONDS = 1_767_225_600  # 2026-01-01T00:00:00Z
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

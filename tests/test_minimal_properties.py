@@ -17,7 +17,7 @@ from engine.decision import PREEMPT
 from engine.default import Preemptor
 from engine.index import Index
 from streams.sim import mixed
-from tests import gen, minimal_oracle
+from tests.support import gen, minimal_oracle
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

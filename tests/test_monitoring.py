@@ -19,8 +19,8 @@ import jsonschema
 import yaml
 from prometheus_client import REGISTRY
 
-from tests import tools
 from tests.k8s import test_deploy
+from tests.support import tools
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ROOT / "deploy" / "helm" / "preemptctl" / "files"

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from engine import objects
 from engine.errors import InvalidObject
 from engine.objects import BEST_EFFORT, BURSTABLE, GUARANTEED
-from tests import flowgen, gen
+from tests.support import flowgen, gen
 
 
 def _pod(spec: dict, **meta: object) -> dict:

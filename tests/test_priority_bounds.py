@@ -20,7 +20,7 @@ from engine import objects
 from engine.config import Config
 from engine.errors import InvalidObject
 from streams.pipeline.controller import BadEvent, Controller
-from tests import gen
+from tests.support import gen
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TS = "2026-01-01T00:00:00Z"

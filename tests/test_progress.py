@@ -1,6 +1,6 @@
 """No silent failure (issue 19): every poison record, revoke and restart ends in progress or a loud exit.
 
-On the in-memory broker (tests/memory_pipeline.py), each finding of issue 19 that
+On the in-memory broker (tests/support/memory_pipeline.py), each finding of issue 19 that
 needs no real broker has its scenario here, compared with `replay` of the same
 records (the deterministic reference); the property at the end folds adversarial
 records with a restart between every two and asks for byte-identical decisions.
@@ -34,7 +34,7 @@ from streams.pipeline.partitions import Partitions
 from streams.pipeline.worker import Stalled
 from streams.sim import simulator, traces
 from tests import test_fold_atomic
-from tests.memory_pipeline import Pipeline, batches
+from tests.support.memory_pipeline import Pipeline, batches
 
 SMALL_SNAPSHOTS = worker.SnapshotPolicy(min_events=50, events_per_object=0)
 TS = "2026-01-01T00:00:00Z"

@@ -23,7 +23,8 @@ from engine import daemonset, objects, projection, toleration
 from engine.config import Config
 from streams.pipeline.controller import Controller
 from streams.sim import apiserver
-from tests import flowgen, gen, test_liveness
+from tests import test_liveness
+from tests.support import flowgen, gen
 
 SECRET = "zq9-s3cr3t-value"
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.config import Config
 from streams.sim import simulator
-from tests import gen
+from tests.support import gen
 
 TS = "2026-01-01T00:00:00Z"
 

@@ -19,7 +19,7 @@ import pytest
 
 from streams.cli import main as cli
 from streams.sim import traces
-from tests import audit_traces
+from tests.support import audit_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = ROOT / "examples" / "cases" / "01-example1-c-preempts-a-and-b.yaml"

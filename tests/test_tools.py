@@ -1,10 +1,10 @@
-"""A missing tool skips a test under plain pytest and fails it under `make test` (tests/tools.py)."""
+"""A missing tool skips a test under plain pytest and fails it under `make test` (tests/support/tools.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests import tools
+from tests.support import tools
 
 
 def test_a_missing_program_skips_for_contributors(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,8 +13,8 @@ import yaml
 
 from engine import ENGINE_VERSION
 from streams.sim import traces
-from tests import audit_traces
 from tests.k8s import test_deploy
+from tests.support import audit_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 

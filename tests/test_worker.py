@@ -32,7 +32,7 @@ from streams.pipeline.partitions import Partitions
 from streams.pipeline.worker import CHECKPOINT_INTERVAL_S, PartitionWorker, SnapshotPolicy
 from streams.sim import simulator, traces
 from tests import test_fold_atomic
-from tests.memory_pipeline import CLUSTER, Pipeline, batches
+from tests.support.memory_pipeline import CLUSTER, Pipeline, batches
 
 SMALL_SNAPSHOTS = SnapshotPolicy(min_events=300, events_per_object=0)
 

@@ -38,7 +38,7 @@ from streams.pipeline import fold, outbox, worker
 from streams.pipeline import partitions as partitions_mod
 from streams.pipeline.partitions import Partitions
 from streams.sim import simulator, traces
-from tests.memory_pipeline import Pipeline, batches
+from tests.support.memory_pipeline import Pipeline, batches
 
 REFUSED = connection.BrokerUnreachable(
     "cannot connect to Kafka at 127.0.0.1:9 (SASL_SSL): Authentication failed", auth=True

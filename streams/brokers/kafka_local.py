@@ -11,7 +11,7 @@ SASL_SSL listener (SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN users), an SSL
 listener that requires a client certificate (mTLS; also the inter-broker
 listener), a controller listener over mTLS, and the StandardAuthorizer with no
 access unless an ACL grants it. The certificates and users come from the caller
-(the tests generate them with openssl and keytool: tests/secure_kafka.py).
+(the tests generate them with openssl and keytool: tests/support/secure_kafka.py).
 
     python -m streams.brokers.kafka_local [--port 9092] [--create-topics]
 

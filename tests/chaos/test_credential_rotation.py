@@ -45,9 +45,9 @@ from schemas import VERSION
 from streams.kafka import acls, connection, topics
 from streams.kafka.reading import PartitionReader
 from streams.pipeline.app import OWNERSHIP_CHECK_INTERVAL_S
-from tests import secure_kafka as sk
-from tests import tools
 from tests.chaos.harness import DECISIONS_TIMEOUT_S, POLL_S, Worker, assert_same, expected, log_of
+from tests.support import secure_kafka as sk
+from tests.support import tools
 
 NODES = 20
 # A refused connection is found by the ownership check (every OWNERSHIP_CHECK_INTERVAL_S): one

@@ -17,7 +17,7 @@ from streams.brokers import embedded
 from testbed import cluster as cluster_mod
 from testbed import scheduler as scheduler_mod
 from testbed import stack as stack_mod
-from tests import tools
+from tests.support import tools
 
 NAMESPACE = "e2e"
 # Victims are evicted (policy/v1 Eviction) in the tansu stack, so a PDB is honoured by the

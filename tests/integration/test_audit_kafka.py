@@ -27,8 +27,8 @@ from streams.cli import main
 from streams.kafka import topics
 from streams.pipeline import fold
 from streams.sim import traces
-from tests import audit_traces
 from tests.integration import pipeline
+from tests.support import audit_traces
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -41,8 +41,8 @@ from schemas import records
 from streams.brokers import embedded
 from streams.kafka import topics
 from streams.sim import traces
-from tests import audit_traces, tools
 from tests.integration import pipeline
+from tests.support import audit_traces, tools
 
 ROOT = Path(__file__).resolve().parents[2]
 MAIN = "import sys; from streams.cli.main import main; sys.exit(main(sys.argv[1:]))"

@@ -1,4 +1,6 @@
-"""preemptctl against a secured Apache Kafka: SASL_SSL (SCRAM, PLAIN), mTLS, ACLs (tests/secure_kafka.py).
+"""preemptctl against a secured Apache Kafka: SASL_SSL (SCRAM, PLAIN), mTLS, ACLs.
+
+The secured broker is started by tests/support/secure_kafka.py.
 
 Every way a platform team hands out credentials reaches the broker through the
 same --kafka-config file; every refusal is one line naming the brokers and the
@@ -22,8 +24,8 @@ from engine.config import Config
 from streams.cli import main
 from streams.kafka import acls, connection, topics
 from streams.sim import simulator, traces
-from tests import secure_kafka as sk
 from tests.integration import pipeline
+from tests.support import secure_kafka as sk
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 

@@ -18,8 +18,8 @@ from kubernetes_asyncio import client
 
 from streams.kube import api as kube
 from testbed import cluster
-from tests import tools
 from tests.k8s.fakeapi import FakeApi
+from tests.support import tools
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "preemptctl"
 
@@ -80,7 +80,7 @@ def kube_cluster() -> Iterator[cluster.TestCluster]:
     apply --server-side, as the admin), so every component identity has exactly the chart's RBAC.
 
     Skips, saying why, when a prerequisite is missing (make kube-tools installs them all); fails
-    instead under `make test` (tests/tools.py).
+    instead under `make test` (tests/support/tools.py).
     """
     try:
         cluster.prerequisites()

@@ -1,7 +1,7 @@
 """Everything under deploy/ and docker-compose.yml parses, and grants and runs exactly what the code needs.
 
 The chart is rendered by the real `helm template` (helm 4 from `make kube-tools`; without it
-these tests skip under plain pytest and fail under `make test`, tests/tools.py); it is linted with
+these tests skip under plain pytest and fail under `make test`, tests/support/tools.py); it is linted with
 helm 3 and helm 4 and renders byte-identically under both (`make kube-tools` builds helm 3 too).
 Rendered args are parsed by the real command line, so a renamed flag breaks this test rather than
 a deployment.
@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from schemas import chain
 from streams.kube import actuator, source
 from testbed import cluster
-from tests import tools
+from tests.support import tools
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "preemptctl"

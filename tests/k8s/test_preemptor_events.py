@@ -26,9 +26,9 @@ from streams.kube.ledger import Ledger
 from streams.kube.preemptor_events import PreemptorEvents, TokenBucket
 from streams.sim import traces
 from testbed import cluster
-from tests import audit_traces
 from tests.k8s.test_actuator import FAST, KEY, ORIGIN, decision, victim
 from tests.k8s.test_real_api import ns, pod, preemptor  # noqa: F401 - ns is a fixture
+from tests.support import audit_traces
 
 # The fields kube-scheduler v1.34.2 sets on its FailedScheduling Event (read from a real
 # kube-scheduler against this API server: testbed/scheduler.py); ours sets each of them.

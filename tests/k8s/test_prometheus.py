@@ -40,10 +40,10 @@ from schemas import chain, records
 from streams.brokers import embedded
 from streams.brokers import process as process_mod
 from streams.kafka import reading, topics
-from tests import tools
 from tests.k8s import objects
 from tests.k8s.fakeapi import FakeApi
 from tests.k8s.test_commands import MAIN, kubeconfig, ready, until
+from tests.support import tools
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ROOT / "deploy" / "helm" / "preemptctl" / "files"

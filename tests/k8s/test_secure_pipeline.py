@@ -2,7 +2,7 @@
 
 The source, the worker (exactly_once, faust's consumer included) and the actuator
 run as processes, each as its own SCRAM user with exactly the ACLs of
-streams.kafka.acls on a broker with the StandardAuthorizer (tests/secure_kafka.py),
+streams.kafka.acls on a broker with the StandardAuthorizer (tests/support/secure_kafka.py),
 and each with the chart's RBAC on the API server (tests/k8s/conftest.py). A
 pending pod gets a lower-priority pod preempted, end to end. Then what a platform
 team must be able to rely on:
@@ -40,8 +40,8 @@ from streams.common import signing
 from streams.kafka import acls, connection, reading, topics
 from streams.sim import apiserver
 from testbed import cluster
-from tests import secure_kafka as sk
 from tests.k8s.test_commands import command
+from tests.support import secure_kafka as sk
 
 SECRET = "zq9-s3cr3t-token"
 PIPELINE_TIMEOUT_S = 120.0

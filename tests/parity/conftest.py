@@ -16,9 +16,9 @@ import pytest
 
 from testbed import cluster as k8s
 from testbed import scheduler as scheduler_mod
-from tests import tools
 from tests.parity import classify as classify_mod
 from tests.parity.harness import Harness
+from tests.support import tools
 
 # Every classification of the session, for the summary: (source, kind, departures).
 RESULTS: list[tuple[str, str, tuple[str, ...]]] = []

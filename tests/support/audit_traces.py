@@ -20,7 +20,7 @@ from typing import Any
 from engine.config import Config
 from streams.pipeline import fold
 from streams.sim import simulator
-from tests import flowgen, gen
+from tests.support import flowgen, gen
 
 NOW = gen.NOW
 

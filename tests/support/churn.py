@@ -22,7 +22,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tests import flowgen, gen
+from tests.support import flowgen, gen
 
 NAMESPACES = ("default", "team-a", "team-b")
 APPS = ("web", "db", "batch")

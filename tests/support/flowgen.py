@@ -1,6 +1,6 @@
 """Object builders and hypothesis strategies for the job and DaemonSet flows.
 
-Built on tests.gen's node and pod builders: the same raw Kubernetes objects,
+Built on tests.support.gen's node and pod builders: the same raw Kubernetes objects,
 plus what these flows read (namespaces, quota and pod-group labels,
 ElasticQuotas, DaemonSet owners, creation times, opt-out annotations).
 Clusters stay small so that quota limits, gang splits, ties between candidates
@@ -14,8 +14,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from engine import job
-from tests import gen
-from tests.gen import NOW, node
+from tests.support import gen
+from tests.support.gen import NOW, node
 
 __all__ = [
     "NOW",

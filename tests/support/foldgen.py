@@ -1,6 +1,6 @@
 """Histories of watch events that try to make a folded cluster remember its past.
 
-Made to differ from tests/churn.py on purpose: churn exercises the caches through
+Made to differ from tests/support/churn.py on purpose: churn exercises the caches through
 a live cluster's everyday events; this generator goes after what a fold could
 keep from the path it took, which a cluster built from the current objects (a
 worker restored from a snapshot) cannot know:
