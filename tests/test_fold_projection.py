@@ -28,11 +28,10 @@ from streams.pipeline import fold, snapshot, store
 from streams.pipeline.controller import Controller
 from streams.pipeline.worker import SnapshotPolicy
 from streams.sim import apiserver, simulator, traces
-from tests import test_liveness, test_projection
-from tests.support import flowgen, gen
+from tests.support import busy_logs, flowgen, gen
 from tests.support.memory_pipeline import CLUSTER, Pipeline, batches
+from tests.support.unknown_fields import SECRET, objects_with_unknown_fields
 
-SECRET = test_projection.SECRET
 SMALL_SNAPSHOTS = SnapshotPolicy(min_events=300, events_per_object=0)
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -83,14 +82,14 @@ def test_projecting_twice_is_projecting_once(obj: dict[str, Any]) -> None:
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(test_projection.objects_with_unknown_fields())
+@given(objects_with_unknown_fields())
 def test_projecting_twice_is_projecting_once_with_unknown_fields(obj: dict[str, Any]) -> None:
     once = projection.project(obj)
     assert projection.project(once) == once
 
 
 @SETTINGS
-@given(test_liveness.busy_logs())
+@given(busy_logs.busy_logs())
 def test_the_controller_projecting_decides_as_on_projections(events: list[dict[str, Any]]) -> None:
     """Folding whole objects with `project` gives the decisions of folding them as they are and
     of folding their projections, byte for byte; and what it would store holds no unread value."""
@@ -99,8 +98,8 @@ def test_the_controller_projecting_decides_as_on_projections(events: list[dict[s
         {**e, "object": projection.project(e["object"])} if isinstance(e.get("object"), dict) else e
         for e in whole
     ]
-    want = test_liveness._fold(Controller("c", Config()), whole)
-    assert test_liveness._fold(Controller("c", Config()), projected) == want
+    want = busy_logs.fold(Controller("c", Config()), whole)
+    assert busy_logs.fold(Controller("c", Config()), projected) == want
     ctl = Controller("c", Config())
     got: list[Any] = []
     for e in whole:

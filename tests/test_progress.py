@@ -33,7 +33,7 @@ from streams.pipeline.controller import BadEvent
 from streams.pipeline.partitions import Partitions
 from streams.pipeline.worker import Stalled
 from streams.sim import simulator, traces
-from tests import test_fold_atomic
+from tests.support import mixed_logs
 from tests.support.memory_pipeline import Pipeline, batches
 
 SMALL_SNAPSHOTS = worker.SnapshotPolicy(min_events=50, events_per_object=0)
@@ -508,13 +508,13 @@ def _adversarial_event(draw: st.DrawFn) -> Any:
         pod = _pod("n")
         pod["metadata"]["uid"] = "u" * draw(st.sampled_from([254, 5000]))
         return {"ts": TS, "type": "ADDED", "object": pod}
-    return draw(st.sampled_from(test_fold_atomic._garbage(TS)))
+    return draw(st.sampled_from(mixed_logs.garbage(TS)))
 
 
 @st.composite
 def adversarial_records(draw: st.DrawFn) -> list[tuple[bytes | None, bytes]]:
     """Records of good logs for clusters with prefix-sharing and invalid names, with poison in between."""
-    logs = {c: iter(draw(test_fold_atomic.good_logs())) for c in draw(st.sets(st.sampled_from(CLUSTERS)))}
+    logs = {c: iter(draw(mixed_logs.good_logs())) for c in draw(st.sets(st.sampled_from(CLUSTERS)))}
     out: list[tuple[bytes | None, bytes]] = []
     for _ in range(draw(st.integers(1, 10))):
         shape = draw(st.sampled_from(["good", "good", "mixed", "bytes", "tombstone", "wrong-key"]))

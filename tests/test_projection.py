@@ -16,17 +16,15 @@ from typing import Any
 
 import orjson
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from engine import case as case_mod
 from engine import daemonset, objects, projection, toleration
 from engine.config import Config
 from streams.pipeline.controller import Controller
 from streams.sim import apiserver
-from tests import test_liveness
-from tests.support import flowgen, gen
+from tests.support import busy_logs, flowgen, gen
+from tests.support.unknown_fields import SECRET, objects_with_unknown_fields
 
-SECRET = "zq9-s3cr3t-value"
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "topics.md"
 
@@ -79,7 +77,7 @@ def test_the_daemonset_flow_decides_the_same_on_projections(raw: dict[str, Any])
 
 
 @SETTINGS
-@given(test_liveness.busy_logs())
+@given(busy_logs.busy_logs())
 def test_the_worker_folds_projections_to_the_same_decisions(events: list[dict[str, Any]]) -> None:
     """The worker's controller (which reads a pod's scheduler from the object itself, besides the
     engine's records) decides the same on a log of projections as on one of whole objects: scope,
@@ -90,46 +88,11 @@ def test_the_worker_folds_projections_to_the_same_decisions(events: list[dict[st
         for e in whole
     ]
     assert SECRET not in orjson.dumps(projected).decode()
-    want = test_liveness._fold(Controller("c", Config()), whole)
-    assert test_liveness._fold(Controller("c", Config()), projected) == want
+    want = busy_logs.fold(Controller("c", Config()), whole)
+    assert busy_logs.fold(Controller("c", Config()), projected) == want
 
 
 # ---- fields nobody listed ---------------------------------------------------------------------
-
-_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz-./", min_size=1, max_size=12)
-
-
-def _inject(value: Any, spec: Any, draw: st.DrawFn) -> Any:
-    """`value` with extra keys (holding the secret) at every level `spec` filters."""
-    if spec is True or value is None:
-        return value
-    if isinstance(spec, projection._Each) and isinstance(value, list):
-        return [_inject(item, spec.spec, draw) for item in value]
-    if isinstance(spec, projection._Keys) and isinstance(value, dict):
-        extra = draw(st.dictionaries(_names, st.just(SECRET), max_size=3))
-        unknown = {
-            k: v
-            for k, v in extra.items()
-            if k not in spec.keys and not k.startswith(spec.prefixes or ("\0",))
-        }
-        return {**unknown, **value}
-    if isinstance(spec, dict) and isinstance(value, dict):
-        out = {k: _inject(v, spec[k], draw) if k in spec else v for k, v in value.items()}
-        for name in draw(st.lists(_names, max_size=3)):
-            if name not in spec:
-                out[name] = draw(st.sampled_from([SECRET, {"nested": SECRET}, [SECRET]]))
-        return out
-    return value
-
-
-@st.composite
-def objects_with_unknown_fields(draw: st.DrawFn) -> dict[str, Any]:
-    raw = draw(st.one_of(gen.clusters(), flowgen.job_clusters(), flowgen.daemonset_clusters()))
-    obj = draw(st.sampled_from(raw["objects"]))
-    spec = projection.FIELDS[obj["kind"]]
-    out = {k: _inject(v, spec[k], draw) if k in spec else v for k, v in obj.items()}
-    out[draw(_names.filter(lambda n: n not in spec and n != "kind"))] = SECRET
-    return out
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -31,7 +31,7 @@ from streams.pipeline.faults import Faults
 from streams.pipeline.partitions import Partitions
 from streams.pipeline.worker import CHECKPOINT_INTERVAL_S, PartitionWorker, SnapshotPolicy
 from streams.sim import simulator, traces
-from tests import test_fold_atomic
+from tests.support import mixed_logs
 from tests.support.memory_pipeline import CLUSTER, Pipeline, batches
 
 SMALL_SNAPSHOTS = SnapshotPolicy(min_events=300, events_per_object=0)
@@ -59,7 +59,7 @@ def test_the_worker_publishes_what_replay_derives(tmp_path: Path) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(case=test_fold_atomic.mixed_logs(), per_record=st.integers(1, 9))
+@given(case=mixed_logs.mixed_logs(), per_record=st.integers(1, 9))
 def test_garbage_inside_valid_batches_never_stalls_the_partition(
     tmp_path_factory: pytest.TempPathFactory, case: tuple[list[Any], set[int]], per_record: int
 ) -> None:

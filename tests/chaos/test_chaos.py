@@ -31,9 +31,9 @@ from streams.kafka import topics
 from streams.kafka.reading import PartitionReader
 from streams.pipeline import outbox, partitions, snapshot
 from streams.pipeline.app import EXIT_FATAL, EXIT_STALLED
-from tests import test_fold_atomic
 from tests.chaos import harness
 from tests.chaos.harness import Worker, assert_same, expected, log_of, produce, wait_published
+from tests.support import mixed_logs
 
 NODES = 60  # ~900 events and 60 decisions per cluster log
 # The worker says Kafka does not answer, and turns unready, within this of the broker's death.
@@ -358,7 +358,7 @@ def garbage_worker(kafka: LocalKafka, tmp_path: Path) -> Iterator[Worker]:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(case=test_fold_atomic.mixed_logs(), sizes=st.lists(st.integers(1, 9), min_size=1, max_size=5))
+@given(case=mixed_logs.mixed_logs(), sizes=st.lists(st.integers(1, 9), min_size=1, max_size=5))
 def test_garbage_inside_valid_batches_never_stalls_the_partition(
     kafka: LocalKafka, garbage_worker: Worker, case: tuple[list[Any], set[int]], sizes: list[int]
 ) -> None:
