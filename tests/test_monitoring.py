@@ -19,7 +19,7 @@ import jsonschema
 import yaml
 from prometheus_client import REGISTRY
 
-from tests.k8s import test_deploy
+from tests.k8s import helm
 from tests.support import tools
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,7 +181,7 @@ def test_the_dashboard_and_rules_name_only_metrics_the_code_exports() -> None:
 
 
 def monitoring_values(**flags: bool) -> dict[str, Any]:
-    chart_values = test_deploy.values()
+    chart_values = helm.values()
     for name, enabled in flags.items():
         chart_values["monitoring"][name]["enabled"] = enabled
     return chart_values
@@ -192,32 +192,32 @@ def test_the_chart_installs_dashboard_rules_and_scrape_config_behind_flags() -> 
         component = d["metadata"].get("labels", {}).get("app.kubernetes.io/component")
         return component in ("metrics", "monitoring")
 
-    assert not [d for d in test_deploy.manifests(test_deploy.DEFAULTS) if monitoring(d)]
+    assert not [d for d in helm.manifests(helm.DEFAULTS) if monitoring(d)]
     chart_values = monitoring_values(dashboard=True, prometheusRule=True, serviceMonitor=True)
-    schema = json.loads((test_deploy.CHART / "values.schema.json").read_text())
+    schema = json.loads((helm.CHART / "values.schema.json").read_text())
     jsonschema.Draft7Validator(schema).validate(chart_values)
-    docs = test_deploy.manifests(chart_values)
+    docs = helm.manifests(chart_values)
 
-    (dash,) = [c for c in test_deploy.by_kind(docs, "ConfigMap").values() if monitoring(c)]
+    (dash,) = [c for c in helm.by_kind(docs, "ConfigMap").values() if monitoring(c)]
     assert dash["metadata"]["labels"]["grafana_dashboard"] == "1"  # what Grafana's sidecar looks for
     assert json.loads(dash["data"]["preemptctl.json"]) == dashboard()
 
-    (rule,) = test_deploy.by_kind(docs, "PrometheusRule").values()
+    (rule,) = helm.by_kind(docs, "PrometheusRule").values()
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["spec"] == yaml.safe_load(RULES.read_text())  # the file promtool checks, unchanged
     # ... but for the runbooks' address, where a team keeps its own copy.
     wiki = "https://wiki.example/runbooks/preemptctl"
     moved = monitoring_values(prometheusRule=True)
     moved["monitoring"]["runbookBaseUrl"] = wiki
-    (rule,) = test_deploy.by_kind(test_deploy.manifests(moved), "PrometheusRule").values()
+    (rule,) = helm.by_kind(helm.manifests(moved), "PrometheusRule").values()
     urls = [r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"]]
     assert urls and all(u.startswith(wiki + "#preemptctl") for u in urls)
 
-    (monitor,) = test_deploy.by_kind(docs, "ServiceMonitor").values()
+    (monitor,) = helm.by_kind(docs, "ServiceMonitor").values()
     selects = monitor["spec"]["selector"]["matchLabels"].items()
     # One Service selected (the worker's own headless Service is not: no target scraped twice).
     (service,) = [
-        s for s in test_deploy.by_kind(docs, "Service").values() if selects <= s["metadata"]["labels"].items()
+        s for s in helm.by_kind(docs, "Service").values() if selects <= s["metadata"]["labels"].items()
     ]
     assert service["spec"]["ports"] == [
         {"name": "metrics", "port": chart_values["metricsPort"], "targetPort": "metrics"}
@@ -225,11 +225,11 @@ def test_the_chart_installs_dashboard_rules_and_scrape_config_behind_flags() -> 
     (endpoint,) = monitor["spec"]["endpoints"]
     assert (endpoint["port"], endpoint["path"], endpoint["interval"]) == ("metrics", "/metrics", "30s")
     workloads = [
-        *test_deploy.by_kind(docs, "Deployment").values(),
-        *test_deploy.by_kind(docs, "StatefulSet").values(),
+        *helm.by_kind(docs, "Deployment").values(),
+        *helm.by_kind(docs, "StatefulSet").values(),
     ]
     assert len(workloads) == 3
     for deployment in workloads:
         pod = deployment["spec"]["template"]["metadata"]["labels"]
         assert service["spec"]["selector"].items() <= pod.items()  # every component is scraped
-        assert test_deploy.container(deployment)["ports"][0]["name"] == "metrics"
+        assert helm.container(deployment)["ports"][0]["name"] == "metrics"

@@ -13,7 +13,7 @@ import yaml
 
 from engine import ENGINE_VERSION
 from streams.sim import traces
-from tests.k8s import test_deploy
+from tests.k8s import helm
 from tests.support import audit_traces
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def test_decision_records_carry_it() -> None:
 def test_the_chart_and_its_image_carry_it() -> None:
     chart = yaml.safe_load((ROOT / "deploy" / "helm" / "preemptctl" / "Chart.yaml").read_text())
     assert chart["version"] == chart["appVersion"] == ENGINE_VERSION
-    docs = test_deploy.manifests(test_deploy.values())
+    docs = helm.manifests(helm.values())
     images = {c["image"] for d in docs for c in _containers(d)}
     assert images == {f"ghcr.io/preemptctl/preemptctl:{ENGINE_VERSION}"}
 

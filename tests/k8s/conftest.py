@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import kmock
 import pytest
@@ -19,9 +18,8 @@ from kubernetes_asyncio import client
 from streams.kube import api as kube
 from testbed import cluster
 from tests.k8s.fakeapi import FakeApi
+from tests.k8s.helm import CHART
 from tests.support import tools
-
-CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "preemptctl"
 
 
 @pytest.fixture(scope="session")
@@ -67,10 +65,6 @@ async def served_without_quotas() -> AsyncIterator[tuple[FakeApi, client.ApiClie
         yield pair
 
 
-def fresh_topic(stem: str) -> str:
-    return f"test.{stem}.{uuid.uuid4().hex[:8]}"
-
-
 # ---- the real API server ---------------------------------------------------------------
 
 
@@ -113,3 +107,27 @@ async def as_source(kube_cluster: cluster.TestCluster) -> AsyncIterator[client.A
         yield api
     finally:
         await api.close()
+
+
+COMPONENT_USERS = {user for name, (user, _, _) in cluster.IDENTITIES.items() if name != "admin"}
+
+
+@pytest.fixture
+def no_component_is_forbidden(kube_cluster: cluster.TestCluster) -> Iterator[None]:
+    """A 403 to any component identity during the test fails it: the chart's RBAC must cover the code
+    (test_real_api.py and test_forged_events.py use it for every test)."""
+    before = len(kube_cluster.audit())
+    yield
+    forbidden = [
+        f"{e['user']['username']} {e['verb']} {e['requestURI']}"
+        for e in kube_cluster.audit()[before:]
+        if e["user"]["username"] in COMPONENT_USERS and e.get("responseStatus", {}).get("code") == 403
+    ]
+    assert not forbidden, f"RBAC refused a component: {forbidden}"
+
+
+@pytest.fixture
+def ns(kube_cluster: cluster.TestCluster) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kube_cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    return name

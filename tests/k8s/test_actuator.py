@@ -20,17 +20,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-import jsonschema
 import kmock
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes_asyncio import client
 from prometheus_client import REGISTRY
 
-from schemas import chain, records
+from schemas import chain
 from schemas.records import VictimRecord
 from streams.common import signing
 from streams.common.backoff import Backoff
@@ -41,75 +39,22 @@ from streams.kube import actuator, api, eviction, lease
 from streams.kube.actuator import Actuator, Topics
 from streams.kube.ledger import Ledger
 from tests.k8s import objects
-from tests.k8s.conftest import fresh_topic
-from tests.k8s.fakeapi import FakeApi
-
-KEY = b"test-hmac-key"
-ORIGIN = Origin("preemption.decisions", 0, 7)
-FAST = eviction.RetryPolicy(
-    eviction_attempts=3,
-    eviction_backoff_initial_s=0.01,
-    eviction_backoff_max_s=0.02,
-    transient_attempts=2,
-    transient_backoff_initial_s=0.01,
-    transient_backoff_max_s=0.02,
+from tests.k8s.decisions import (
+    FAST,
+    KEY,
+    ORIGIN,
+    STEP_TIMEOUT_S,
+    Pods,
+    decision,
+    outcome_events,
+    outcomes,
+    produce,
+    victim,
+    wait_until,
+    world,
 )
-SCHEMA = json.loads((Path(actuator.__file__).parents[2] / "schemas" / "evictions.schema.json").read_text())
-STEP_TIMEOUT_S = 30.0
-
-Pods = dict[str, dict[str, Any]]
-
-
-def world(fake: FakeApi) -> Pods:
-    """A node full of low-priority pods and a pending high-priority preemptor."""
-    fake.create("nodes", objects.node("n1"))
-    pods = {"high": fake.create("pods", objects.pod("high", priority=1000, cpu="3", unschedulable=True))}
-    for name, grace in (("v-evict", 30), ("v-delete", 17), ("v-label", 30), ("v-other", 30)):
-        pods[name] = fake.create("pods", objects.pod(name, node="n1", grace=grace))
-    return pods
-
-
-def victim(pod: dict[str, Any], action: str, **extra: Any) -> VictimRecord:
-    meta = pod["metadata"]
-    record = {
-        "uid": meta["uid"],
-        "namespace": meta["namespace"],
-        "name": meta["name"],
-        "node": "n1",
-        "priority": 0,
-        "action": action,
-        **extra,
-    }
-    return cast(VictimRecord, record)
-
-
-def decision(
-    preemptor: dict[str, Any],
-    victims: list[VictimRecord],
-    *,
-    key: bytes | None = KEY,
-    decision_id: str = "default/42/high-uid",
-    **fields: Any,
-) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "v": 1,
-        "id": decision_id,
-        "cluster": "default",
-        "seq": 42,
-        "ts": "2026-01-01T00:00:00Z",
-        "flow": "default",
-        "preemptor": f"{preemptor['metadata']['namespace']}/{preemptor['metadata']['name']}",
-        "preemptorUid": preemptor["metadata"]["uid"],
-        "outcome": "preempt",
-        "node": "n1",
-        "victims": victims,
-        "reason": "preempting lower-priority pods",
-        "explanation": {},
-        "configHash": "cfg",
-        "engineVersion": "test",
-        **fields,
-    }
-    return chain.seal(record, chain.GENESIS, key)
+from tests.k8s.fakeapi import FakeApi
+from tests.support.topics import fresh_topic
 
 
 def make(
@@ -124,24 +69,6 @@ def make(
     actions = eviction.Actions(api, identity="test", retry=FAST)
     ledger = ledger if ledger is not None else Ledger()
     return Actuator(actions, sink, ledger, hmac_key=key, scope=scope), sink
-
-
-def outcome_events(sink: MemorySink) -> list[dict[str, Any]]:
-    """The OUTCOME events the actuator wrote into the cluster's log, in order."""
-    found = []
-    for r in sink.records:
-        if r.topic == "preemption.cluster-events":
-            batch = orjson.loads(r.value)
-            assert r.key == batch["cluster"].encode() and records.decode_batch(r.value)
-            found += batch["events"]
-    return found
-
-
-def outcomes(sink: MemorySink, topic: str = "preemption.evictions") -> dict[str, dict[str, Any]]:
-    found = [orjson.loads(r.value) for r in sink.on(topic)]
-    for record in found:
-        jsonschema.validate(record, SCHEMA)
-    return {r["victim"]["name"]: r for r in found}
 
 
 # ---- one outcome each ---------------------------------------------------------------
@@ -243,23 +170,6 @@ def sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-async def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    try:
-        for value in values:
-            await producer.send_and_wait(topic, value, key=b"default")
-    finally:
-        await producer.stop()
-
-
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + STEP_TIMEOUT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 async def test_a_decision_delivered_three_times_evicts_once(
     served: tuple[FakeApi, client.ApiClient], broker: str, tmp_path: Path
 ) -> None:
@@ -268,7 +178,7 @@ async def test_a_decision_delivered_three_times_evicts_once(
     topics = Topics(fresh_topic("decisions"), fresh_topic("evictions"), fresh_topic("dead-letter"))
     await kafka_topics.ensure_topics(broker, [kafka_topics.TopicSpec(t) for t in vars(topics).values()])
     value = orjson.dumps(decision(pods["high"], [victim(pods["v-evict"], "evict")]))
-    await _produce(broker, topics.decisions, [value] * 3)
+    await produce(broker, topics.decisions, [value] * 3)
     duplicates = sample("preemptctl_actuator_duplicates_total")
 
     async with KafkaSink(broker) as sink:
@@ -279,7 +189,9 @@ async def test_a_decision_delivered_three_times_evicts_once(
         consuming = asyncio.create_task(
             act.consume(broker, group_id=fresh_topic("group"), stopping=stopping, session_timeout_ms=6000)
         )
-        await _until(lambda: sample("preemptctl_actuator_duplicates_total") - duplicates >= 2, "redeliveries")
+        await wait_until(
+            lambda: sample("preemptctl_actuator_duplicates_total") - duplicates >= 2, "redeliveries"
+        )
         stopping.set()
         await asyncio.wait_for(consuming, STEP_TIMEOUT_S)
 

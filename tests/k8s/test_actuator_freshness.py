@@ -26,21 +26,24 @@ from streams.kafka.sink import MemorySink
 from streams.kube import actuator, eviction
 from streams.kube.actuator import Actuator, Freshness, Topics
 from streams.kube.ledger import Ledger
-from tests.k8s.conftest import fresh_topic
-from tests.k8s.fakeapi import FakeApi
-from tests.k8s.test_actuator import (
+from tests.k8s.decisions import (
     FAST,
     KEY,
     ORIGIN,
+    SCHEDULER,
     STEP_TIMEOUT_S,
-    _produce,
-    _until,
+    OneBatchConsumer,
+    cluster,
     decision,
     outcome_events,
     outcomes,
+    pod_writes,
+    produce,
     victim,
+    wait_until,
 )
-from tests.k8s.test_actuator_trust import SCHEDULER, _Consumer, cluster, pod_writes
+from tests.k8s.fakeapi import FakeApi
+from tests.support.topics import fresh_topic
 
 TS = "2026-01-01T00:00:00Z"
 NOW = timeutil.parse(TS) / timeutil.SECOND + 10  # the actuator's clock: 10 s after the decisions
@@ -189,10 +192,10 @@ async def test_the_record_in_hand_redelivered_without_a_restart_is_carried_on(
 
 
 class _Config:
-    def __init__(self, consumer: _Consumer) -> None:
+    def __init__(self, consumer: OneBatchConsumer) -> None:
         self._consumer = consumer
 
-    def consumer(self, *topics: str, **options: Any) -> _Consumer:
+    def consumer(self, *topics: str, **options: Any) -> OneBatchConsumer:
         return self._consumer
 
 
@@ -217,7 +220,7 @@ async def test_a_new_consumer_may_follow_records_another_actuator_handled(
     chain.seal(gap, gap["prevHash"], KEY)
     for records in ([first, gap], [gap]):
         stopping = asyncio.Event()
-        consumer = _Consumer([orjson.dumps(r) for r in records], stopping)
+        consumer = OneBatchConsumer([orjson.dumps(r) for r in records], stopping)
         await asyncio.wait_for(
             act._consume_once(
                 cast(Any, _Config(consumer)), group_id="g", stopping=stopping, session_timeout_ms=6000
@@ -334,7 +337,7 @@ async def test_a_later_decision_for_the_same_preemptor_supersedes_an_earlier_one
     earlier = after(None, pods, [victim(pods["v-evict"], "evict")], seq=10, name="a")
     later = after(earlier, pods, [victim(pods["elsewhere"], "evict", node="n2")], seq=30, name="b", node="n2")
     stopping = asyncio.Event()
-    consumer = _Consumer([orjson.dumps(r) for r in (earlier, later)], stopping)
+    consumer = OneBatchConsumer([orjson.dumps(r) for r in (earlier, later)], stopping)
     await asyncio.wait_for(act._poll(cast(Any, consumer), stopping), 30)
     assert consumer.commits == [1, 2] and dead(sink) == []
     assert evicted(fake) == ["elsewhere"]
@@ -363,13 +366,13 @@ async def test_a_later_decision_far_behind_in_the_log_supersedes_too(
         log.append(chain.seal(prev, log[-1]["hash"], KEY))
     later = after(log[-1], pods, [victim(pods["elsewhere"], "evict", node="n2")], seq=90, name="b", node="n2")
     log.append(later)
-    await _produce(broker, act.topics.decisions, [orjson.dumps(r) for r in log])
+    await produce(broker, act.topics.decisions, [orjson.dumps(r) for r in log])
     stopping = asyncio.Event()
     consuming = asyncio.create_task(
         act.consume(broker, group_id=fresh_topic("group"), stopping=stopping, session_timeout_ms=6000)
     )
     try:
-        await _until(lambda: len(outcome_events(sink)) >= 2, "both preempt decisions handled")
+        await wait_until(lambda: len(outcome_events(sink)) >= 2, "both preempt decisions handled")
     finally:
         stopping.set()
         await asyncio.wait_for(consuming, STEP_TIMEOUT_S)
@@ -390,7 +393,7 @@ async def test_a_decision_seen_later_is_not_superseded_by_a_forgery(
     forged = after(real, pods, [], seq=99, name="f", outcome="wait")
     forged.pop("sig")
     stopping = asyncio.Event()
-    consumer = _Consumer([orjson.dumps(r) for r in (real, forged)], stopping)
+    consumer = OneBatchConsumer([orjson.dumps(r) for r in (real, forged)], stopping)
     await asyncio.wait_for(act._poll(cast(Any, consumer), stopping), 30)
     assert evicted(fake) == ["v-evict"] and dead(sink) == [b"UnsignedDecision"]
 

@@ -18,7 +18,7 @@ import pytest
 from schemas import chain
 from streams.common import logs
 from streams.kube import actuator
-from tests.k8s.test_actuator import decision
+from tests.k8s.decisions import decision
 
 
 def _line(formatter: logging.Formatter, message: str, *args: object, **extra: object) -> str:

@@ -18,8 +18,8 @@ from streams.kafka.sink import MemorySink
 from streams.kube import actuator, eviction
 from streams.kube.actuator import Actuator
 from streams.kube.ledger import Ledger
+from tests.k8s.decisions import FAST, KEY, ORIGIN, decision, outcomes, victim, world
 from tests.k8s.fakeapi import FakeApi
-from tests.k8s.test_actuator import FAST, KEY, ORIGIN, decision, outcomes, victim, world
 
 PRIVATE = chain.new_private_pem()
 PUBLIC = chain.public_pem(PRIVATE)

@@ -39,55 +39,27 @@ from streams.kube import actuator, api, eviction
 from streams.kube.actuator import Actuator
 from streams.kube.ledger import Ledger
 from tests.k8s import objects
-from tests.k8s.fakeapi import FakeApi
-from tests.k8s.test_actuator import (
+from tests.k8s.decisions import (
     FAST,
     KEY,
     ORIGIN,
+    SCHEDULER,
+    OneBatchConsumer,
+    Pods,
+    cluster,
     decision,
     outcome_events,
     outcomes,
+    pod_writes,
     victim,
 )
-
-SCHEDULER = "preemptctl-scheduler"
-Pods = dict[str, dict[str, Any]]
-
-
-def cluster(fake: FakeApi) -> Pods:
-    """n1 with three low-priority pods, coredns (kube-system, 2e9) and a pod above the preemptor;
-    n2 with a low one; a pending preemptor of priority 1000 and a two-member gang (priority 500, 700)."""
-    for name in ("n1", "n2"):
-        fake.create("nodes", objects.node(name))
-    pods = {
-        "high": fake.create(
-            "pods", objects.pod("high", priority=1000, cpu="3", unschedulable=True, scheduler=SCHEDULER)
-        )
-    }
-    for name in ("v-evict", "v-delete", "v-label"):
-        pods[name] = fake.create("pods", objects.pod(name, node="n1", priority=10, grace=30))
-    pods["coredns"] = fake.create(
-        "pods", objects.pod("coredns", namespace="kube-system", node="n1", priority=2_000_000_000)
-    )
-    pods["above"] = fake.create("pods", objects.pod("above", node="n1", priority=5000))
-    pods["equal"] = fake.create("pods", objects.pod("equal", node="n1", priority=1000))
-    pods["elsewhere"] = fake.create("pods", objects.pod("elsewhere", node="n2", priority=0))
-    for name, priority in (("w-0", 500), ("w-1", 700)):
-        pods[name] = fake.create(
-            "pods", objects.pod(name, priority=priority, unschedulable=True, scheduler=SCHEDULER)
-        )
-    return pods
+from tests.k8s.fakeapi import FakeApi
 
 
 def make(api_client: client.ApiClient, **options: Any) -> tuple[Actuator, MemorySink]:
     sink = MemorySink()
     actions = eviction.Actions(api_client, identity="test", retry=FAST)
     return Actuator(actions, sink, Ledger(), hmac_key=KEY, scope=(SCHEDULER,), **options), sink
-
-
-def pod_writes(fake: FakeApi) -> list[tuple[str, str | None, str | None]]:
-    """(method, name, subresource) of every write to a pod."""
-    return [(c.method, c.name, c.subresource) for c in fake.writes() if c.plural == "pods"]
 
 
 def pod_calls(fake: FakeApi) -> list[tuple[str, str | None]]:
@@ -433,34 +405,6 @@ async def test_whatever_a_record_makes_the_actuator_raise_dead_letters_it(
         await act.handle(value, key=b"default", origin=ORIGIN)
 
 
-class _Message:
-    def __init__(self, offset: int, value: bytes) -> None:
-        self.offset, self.value, self.key, self.headers = offset, value, b"default", ()
-
-
-class _Consumer:
-    """Hands out one batch, then nothing; records the commits."""
-
-    def __init__(self, values: list[bytes], stopping: asyncio.Event) -> None:
-        self.batches = [{actuator.TopicPartition("preemption.decisions", 0): [
-            _Message(i, v) for i, v in enumerate(values)
-        ]}]  # fmt: skip
-        self.commits: list[int] = []
-        self.stopping = stopping
-
-    async def getmany(self, timeout_ms: int) -> dict[Any, list[_Message]]:
-        if self.batches:
-            return self.batches.pop()
-        self.stopping.set()
-        return {}
-
-    async def commit(self, offsets: dict[Any, int]) -> None:
-        self.commits += list(offsets.values())
-
-    def assignment(self) -> set[Any]:
-        return set()  # one batch is all there is: nothing to look ahead at
-
-
 async def test_the_loop_commits_a_bad_record_and_acts_on_the_next(
     served: tuple[FakeApi, client.ApiClient], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -483,7 +427,7 @@ async def test_the_loop_commits_a_bad_record_and_acts_on_the_next(
 
     monkeypatch.setattr(actuator, "_context", unforeseen)
     stopping = asyncio.Event()
-    consumer = _Consumer([orjson.dumps(r) for r in (malformed, raising, good)], stopping)
+    consumer = OneBatchConsumer([orjson.dumps(r) for r in (malformed, raising, good)], stopping)
     await asyncio.wait_for(act._poll(cast(Any, consumer), stopping), 30)
     assert consumer.commits == [1, 2, 3]
     dead = [dict(r.headers)["error-class"] for r in sink.on("preemption.dead-letter")]

@@ -39,16 +39,17 @@ from streams.common import options
 from streams.kube import api as kube
 from streams.kube import lease
 from testbed import cluster
-from tests.k8s.conftest import CHART
-from tests.k8s.test_chart_many_installs import (
+from tests.k8s.helm import (
     ALIAS_VALUES,
+    CHART,
+    HELM_TIMEOUT_S,
     SELECTING,
+    cli,
     keystore,
     selector_of,
     start_with_keystore,
     umbrella,
 )
-from tests.k8s.test_deploy import HELM_TIMEOUT_S, cli
 
 
 class Helm:

@@ -24,7 +24,7 @@ from schemas import chain
 from streams.common.errors import UsageError
 from streams.kafka import acls, connection, topics
 from testbed import cluster
-from tests.k8s.test_deploy import CHART, by_kind, cli, container, helm, helm_template, manifests, values
+from tests.k8s.helm import CHART, by_kind, cli, container, helm, helm_template, manifests, values
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "docs" / "deploy.md"

@@ -18,7 +18,6 @@ tests/k8s/test_chart_install.py.
 
 from __future__ import annotations
 
-import datetime
 import json
 import shlex
 import subprocess
@@ -32,29 +31,33 @@ import pytest
 import yaml
 
 from streams.common.errors import UsageError
-from streams.kafka import connection
-from tests.k8s.test_deploy import (
+from tests.k8s.helm import (
+    ALIAS_VALUES,
     CHART,
     HELM_TIMEOUT_S,
     ROOT,
+    SELECTING,
     by_kind,
     cli,
     container,
     helm,
     helm_template,
+    keystore,
     manifests,
     public_pem,
+    selector_of,
+    start_with_keystore,
+    umbrella,
     values,
 )
 
 COMPONENTS = ("source", "worker", "actuator")
-SELECTING = ("Deployment", "StatefulSet", "Service", "NetworkPolicy", "PodDisruptionBudget")
 
 
 def render(
     release: str, chart_values: dict[str, Any], *args: str, chart: Path = CHART
 ) -> list[dict[str, Any]]:
-    """`helm template RELEASE` in namespace "shared" (test_deploy's helpers fix the release to "pc")."""
+    """`helm template RELEASE` in namespace "shared" (tests/k8s/helm.py's helpers fix the release to "pc")."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
         file.write(yaml.safe_dump(chart_values))
         file.flush()
@@ -105,52 +108,8 @@ def test_two_releases_in_one_namespace_hold_two_leases_each() -> None:
 # ---- 2. aliases in one umbrella ---------------------------------------------------------------
 
 
-def umbrella(root: Path, aliases: Mapping[str, Mapping[str, Any]]) -> Path:
-    """An umbrella chart with this chart as a dependency once per alias (each under
-    `condition: <alias>.enabled`), the aliases' values as given; `helm dependency build` done."""
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    (root / "templates").mkdir(parents=True)
-    (root / "Chart.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v2",
-                "name": "platform",
-                "version": "1.0.0",
-                "dependencies": [
-                    {
-                        "name": "preemptctl",
-                        "alias": alias,
-                        "version": chart["version"],
-                        "repository": f"file://{CHART}",
-                        "condition": f"{alias}.enabled",
-                    }
-                    for alias in aliases
-                ],
-            }
-        )
-    )
-    (root / "values.yaml").write_text(yaml.safe_dump({k: dict(v) for k, v in aliases.items()}))
-    built = subprocess.run(
-        [helm(), "dependency", "build", str(root)], capture_output=True, text=True, timeout=HELM_TIMEOUT_S
-    )
-    assert built.returncode == 0, built.stderr
-    return root
-
-
-ALIAS_VALUES = {"actuator": {"mode": "dry-run"}, "kafka": {"bootstrapServers": "kafka.platform:9092"}}
-
-
 def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return bool(selector) and selector.items() <= labels.items()
-
-
-def selector_of(doc: dict[str, Any]) -> dict[str, str]:
-    spec = doc["spec"]
-    if doc["kind"] == "Service":
-        return dict(spec["selector"])
-    if doc["kind"] == "NetworkPolicy":
-        return dict(spec["podSelector"]["matchLabels"])
-    return dict(spec["selector"]["matchLabels"])
 
 
 def assert_apart(docs: list[dict[str, Any]]) -> None:
@@ -234,92 +193,6 @@ def test_the_schema_accepts_the_umbrella_switch(two_aliases: Path) -> None:
 
 
 # ---- 4. a PKCS12 keystore on a read-only root filesystem --------------------------------------
-
-
-def image_workdir() -> str:
-    (workdir,) = [
-        line.split()[1]
-        for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines()
-        if line.startswith("WORKDIR ") and not line.startswith("WORKDIR /src")
-    ]
-    return workdir
-
-
-def writable_paths(pod: dict[str, Any], main: dict[str, Any], claims: list[dict[str, Any]]) -> list[str]:
-    """Where the container can write: its mounts of emptyDirs and claims not mounted readOnly (the
-    root filesystem is read-only, which the test asserts)."""
-    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or ()}
-    claimed = {c["metadata"]["name"] for c in claims}
-    return [
-        m["mountPath"]
-        for m in main.get("volumeMounts") or ()
-        if not m.get("readOnly") and ("emptyDir" in volumes.get(m["name"], {}) or m["name"] in claimed)
-    ]
-
-
-def keystore(directory: Path) -> Path:
-    """A PKCS12 keystore with a client key and its self-signed certificate, password "changeit"."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.hazmat.primitives.serialization import pkcs12
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "preemptctl-source")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256())
-    )  # fmt: skip
-    path = directory / "keystore.p12"
-    path.write_bytes(
-        pkcs12.serialize_key_and_certificates(
-            b"client", key, cert, None, serialization.BestAvailableEncryption(b"changeit")
-        )
-    )
-    return path
-
-
-def start_with_keystore(
-    workload: dict[str, Any], store: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
-) -> connection.KafkaConfig:
-    """What the component does at start with a PKCS12 keystore in its client properties, on the
-    filesystem its pod spec gives it: the root read-only, writable only where an emptyDir or a
-    volume claim is mounted. tempfile looks where Python looks ($TMPDIR, $TEMP, $TMP from the
-    container's env, /tmp, /var/tmp, /usr/tmp, the working directory), each mapped into `scratch`:
-    a writable mount to a directory, anything else under a regular file, where nothing can be
-    created (by any user, root too)."""
-    main = container(workload)
-    assert main["securityContext"]["readOnlyRootFilesystem"] is True
-    writable = writable_paths(
-        workload["spec"]["template"], main, workload["spec"].get("volumeClaimTemplates") or []
-    )
-    readonly = scratch / "read-only-root"
-    readonly.write_text("")
-
-    def on_pod(path: str) -> str:
-        if any(path == w or path.startswith(w.rstrip("/") + "/") for w in writable):
-            mapped = scratch / "mounts" / path.lstrip("/")
-            mapped.mkdir(parents=True, exist_ok=True)
-            return str(mapped)
-        return str(readonly / path.lstrip("/"))
-
-    env = {e["name"]: e.get("value") for e in main.get("env") or ()}
-    candidates = [v for k in ("TMPDIR", "TEMP", "TMP") if (v := env.get(k))]
-    candidates += ["/tmp", "/var/tmp", "/usr/tmp", main.get("workingDir") or image_workdir()]
-    monkeypatch.setattr(tempfile, "_candidate_tempdir_list", lambda: [on_pod(c) for c in candidates])
-    monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile caches the directory it found
-    try:
-        props = {
-            "security.protocol": "SSL",
-            "ssl.keystore.location": str(store),
-            "ssl.keystore.type": "PKCS12",
-            "ssl.keystore.password": "changeit",
-        }
-        return connection.parse(props, bootstrap="kafka.kafka.svc:9093")
-    finally:
-        monkeypatch.setattr(tempfile, "tempdir", None)
 
 
 def without_tmp(workload: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import pytest
 
 from schemas import chain
 from testbed import cluster
-from tests.k8s.test_deploy import by_kind, cli, container, helm_template, manifests, public_pem, values
+from tests.k8s.helm import by_kind, cli, container, helm_template, manifests, public_pem, values
 
 SOFT = "scheduling.koordinator.sh/soft-eviction"
 

@@ -11,8 +11,6 @@ tests/k8s/test_real_api.py and tests/k8s/test_chart_install.py.
 
 from __future__ import annotations
 
-import argparse
-import copy
 import functools
 import importlib
 import importlib.util
@@ -23,111 +21,33 @@ import subprocess
 import tempfile
 import tomllib
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import jsonschema
 import pytest
 import yaml
-from cryptography.hazmat.primitives.asymmetric import ed25519
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-from schemas import chain
 from streams.kube import actuator, source
-from testbed import cluster
+from tests.k8s.helm import (
+    CHART,
+    DEFAULTS,
+    EVERYTHING,
+    HELM_TIMEOUT_S,
+    RELEASE,
+    ROOT,
+    by_kind,
+    cli,
+    container,
+    helm,
+    helm_template,
+    manifests,
+    public_pem,
+    values,
+)
 from tests.support import tools
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "deploy" / "helm" / "preemptctl"
-RELEASE = {"Name": "pc", "Namespace": "preemption", "Service": "Helm"}
 TOKEN = re.compile(r"{{(-?)\s*(.*?)\s*(-?)}}", re.S)
 WILDCARD = "*"
-# `helm template` of this chart takes well under a second; a loaded machine gets far more.
-HELM_TIMEOUT_S = 120
-
-
-@functools.cache
-def helm() -> str:
-    try:
-        return str(cluster.tool("helm"))
-    except cluster.Unavailable as exc:
-        tools.unavailable(str(exc))
-
-
-def values(**overrides: Any) -> dict[str, Any]:
-    """values.yaml with `a__b=value` overrides (the actuator's required mode defaults to dry-run here)."""
-    merged: dict[str, Any] = copy.deepcopy(yaml.safe_load((CHART / "values.yaml").read_text()))
-    merged["actuator"]["mode"] = "dry-run"
-    for dotted, value in overrides.items():
-        target = merged
-        *parents, leaf = dotted.split("__")
-        for parent in parents:
-            target = target[parent]
-        target[leaf] = value
-    return merged
-
-
-def helm_template(
-    chart_values: dict[str, Any] | None, *args: str, chart: Path = CHART
-) -> subprocess.CompletedProcess[str]:
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
-        file.write(yaml.safe_dump(chart_values or {}))
-        file.flush()
-        return subprocess.run(
-            [helm(), "template", RELEASE["Name"], str(chart), "--namespace", RELEASE["Namespace"],
-             "-f", file.name, *args],
-            capture_output=True, text=True, timeout=HELM_TIMEOUT_S, check=False,
-        )  # fmt: skip
-
-
-def manifests(chart_values: dict[str, Any], *args: str) -> list[dict[str, Any]]:
-    rendered = helm_template(chart_values, *args)
-    assert rendered.returncode == 0, rendered.stderr
-    return [d for d in yaml.safe_load_all(rendered.stdout) if d is not None]
-
-
-def public_pem(seed: int) -> str:
-    """A fixed Ed25519 key's public key (PEM), as signing.publicKeys takes it."""
-    private = ed25519.Ed25519PrivateKey.from_private_bytes(bytes([seed]) * 32)
-    return chain.public_pem(private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())).decode()
-
-
-DEFAULTS = values()
-EVERYTHING = values(
-    signing={"enabled": True, "mode": "ed25519", "existingSecret": "preemptctl-keys", "keyIds": ["k1", "k2"],
-             "activeKeyId": "k2", "publicKeys": {"k1": public_pem(1), "k2": public_pem(2)},
-             "installId": "sched-prod"},
-    actuator__maxDecisionAge=120,
-    actuator__fetchMaxWaitMs=200,
-    actuator__persistence={"size": "2Gi", "storageClassName": "fast-ssd"},
-    lease={"durationSeconds": 30, "renewDeadlineSeconds": 20, "retryPeriodSeconds": 2.5},
-    actuator__mode="act",
-    source__extraArgs=["--namespace=team-a"],
-    source__schedulerName="batch",
-    podAnnotations={"team": "sched"},
-    nodeSelector={"pool": "system"},
-    tolerations=[{"key": "system", "operator": "Exists"}],
-    affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}]}}},
-    topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
-                                "whenUnsatisfiable": "ScheduleAnyway"}],
-    imagePullSecrets=[{"name": "registry-cred"}],
-    image={"repository": "registry.example/preemptctl", "digest": "sha256:" + "ab" * 32,
-           "pullPolicy": "Always"},
-    serviceAccount={"annotations": {"team": "sched"}},
-    worker__serviceAccount={
-        "annotations": {"iam.gke.io/gcp-service-account": "pc@p.iam.gserviceaccount.com"}
-    },
-    fullnameOverride="sched",
-    priorityClassName="preemptctl-critical",
-    commonLabels={"cost-center": "platform"},
-    config={"victimSelection": "minimal", "victimAction": "evict", "daemonset": {"maxVictims": 3}},
-    logging={"level": "DEBUG", "format": "text"},
-    podDisruptionBudget={"enabled": False, "maxUnavailable": 1},
-)  # fmt: skip
-
-
-def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
-    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
 
 def permissions(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
@@ -142,22 +62,6 @@ def permissions(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 def declared(required: tuple[tuple[str, str, tuple[str, ...]], ...]) -> set[tuple[str, str, str]]:
     return {(g, r, v) for g, r, verbs in required for v in verbs}
-
-
-def container(deployment: dict[str, Any]) -> dict[str, Any]:
-    (only,) = deployment["spec"]["template"]["spec"]["containers"]
-    return cast(dict[str, Any], only)
-
-
-def cli() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="preemptctl")
-    sub = top.add_subparsers(dest="command")
-    source.register(sub)
-    actuator.register(sub)
-    worker = importlib.util.find_spec("streams.pipeline.app")
-    if worker is not None:  # the worker's command line, where it exists
-        importlib.import_module("streams.pipeline.app").register(sub)
-    return top
 
 
 # ---- the chart --------------------------------------------------------------------------

@@ -32,8 +32,11 @@ from schemas import VERSION
 from streams.kafka import reading
 from streams.kafka import topics as kafka_topics
 from testbed import cluster
-from tests.k8s.test_commands import command, stop
-from tests.k8s.test_real_api import get_pod, no_component_is_forbidden, ns  # noqa: F401 - fixtures
+from tests.k8s.commands import command, stop
+from tests.k8s.real_api import get_pod
+
+# Any 403 to a component during a test fails it (tests/k8s/conftest.py), as in test_real_api.py.
+pytestmark = pytest.mark.usefixtures("no_component_is_forbidden")
 
 ATTACK_TIMEOUT_S = 180.0  # a loaded machine: three processes, group joins on the embedded broker
 POLL_S = 0.5
@@ -48,7 +51,7 @@ NOT_READY = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effec
 
 
 @pytest.fixture
-def coredns(kube_cluster: cluster.TestCluster, ns: str) -> Iterator[tuple[str, dict[str, Any]]]:  # noqa: F811
+def coredns(kube_cluster: cluster.TestCluster, ns: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """A node of its own, full with kube-system/coredns running on it; both removed afterwards."""
     node = f"{ns}-node"
     kube_cluster.apply(
@@ -87,7 +90,7 @@ def _delete(kube_cluster: cluster.TestCluster, path: str) -> None:
             raise
 
 
-def _pending(kube_cluster: cluster.TestCluster, ns: str) -> dict[str, Any]:  # noqa: F811
+def _pending(kube_cluster: cluster.TestCluster, ns: str) -> dict[str, Any]:
     """A real pending pod of priority LIVE_PRIORITY (its class's value) that fits no node."""
     low = f"{ns}-low"
     kube_cluster.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
@@ -127,7 +130,7 @@ async def _eventually(check: Any, what: str, logs: Path) -> Any:
 @pytest.mark.parametrize("protected", ["kube-system", ""], ids=["default-deny-list", "no-deny-list"])
 async def test_a_forged_priority_does_not_get_coredns_deleted(
     kube_cluster: cluster.TestCluster,
-    ns: str,  # noqa: F811
+    ns: str,
     coredns: tuple[str, dict[str, Any]],
     tansu: str,
     tmp_path: Path,

@@ -46,8 +46,8 @@ from streams.kube.actuator import Actuator, Freshness
 from streams.kube.ledger import Ledger
 from streams.pipeline import fold
 from tests.k8s import objects
+from tests.k8s.decisions import FAST, KEY
 from tests.k8s.fakeapi import FakeApi
-from tests.k8s.test_actuator import FAST, KEY
 
 SCHEDULER = "preemptctl-scheduler"
 PROTECTED = ("kube-system",)

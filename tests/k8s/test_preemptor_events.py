@@ -26,8 +26,8 @@ from streams.kube.ledger import Ledger
 from streams.kube.preemptor_events import PreemptorEvents, TokenBucket
 from streams.sim import traces
 from testbed import cluster
-from tests.k8s.test_actuator import FAST, KEY, ORIGIN, decision, victim
-from tests.k8s.test_real_api import ns, pod, preemptor  # noqa: F401 - ns is a fixture
+from tests.k8s.decisions import FAST, KEY, ORIGIN, decision, victim
+from tests.k8s.real_api import pod, preemptor
 from tests.support import audit_traces
 
 # The fields kube-scheduler v1.34.2 sets on its FailedScheduling Event (read from a real
@@ -65,7 +65,7 @@ def actuator_with_events(api: client.ApiClient, announcer: PreemptorEvents) -> t
 async def test_a_preempt_decision_writes_its_event_on_the_preemptor(
     kube_cluster: cluster.TestCluster,
     as_actuator: client.ApiClient,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     high = preemptor(kube_cluster, "high", ns)  # above its victims, or the actuator refuses the decision
     low = [kube_cluster.apply(pod(f"low-{i}", ns, node_name="n1")) for i in range(2)]
@@ -93,7 +93,7 @@ async def test_a_preempt_decision_writes_its_event_on_the_preemptor(
 async def test_an_unschedulable_decision_says_why_as_kube_scheduler_would(
     kube_cluster: cluster.TestCluster,
     as_actuator: client.ApiClient,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     stuck = kube_cluster.apply(pod("stuck", ns))
     act, sink = actuator_with_events(as_actuator, PreemptorEvents(as_actuator))
@@ -115,7 +115,7 @@ async def test_an_unschedulable_decision_says_why_as_kube_scheduler_would(
 async def test_repeats_bursts_redeliveries_and_dry_runs(
     kube_cluster: cluster.TestCluster,
     as_actuator: client.ApiClient,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     pods = [kube_cluster.apply(pod(f"p-{i}", ns)) for i in range(4)]
     now = [0.0]

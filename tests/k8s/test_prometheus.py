@@ -41,8 +41,8 @@ from streams.brokers import embedded
 from streams.brokers import process as process_mod
 from streams.kafka import reading, topics
 from tests.k8s import objects
+from tests.k8s.commands import MAIN, kubeconfig, ready, until
 from tests.k8s.fakeapi import FakeApi
-from tests.k8s.test_commands import MAIN, kubeconfig, ready, until
 from tests.support import tools
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -46,42 +46,23 @@ from streams.kube.actuator import Actuator
 from streams.kube.ledger import Ledger
 from streams.sim import apiserver
 from testbed import cluster
-from tests.k8s import test_actuator as actuator_tests
-from tests.k8s import test_deploy
-from tests.k8s.conftest import CHART
+from tests.k8s import decisions
+from tests.k8s.cluster_events import fast_backoff
+from tests.k8s.cluster_events import running as running_source
+from tests.k8s.commands import command, metric, stop
+from tests.k8s.decisions import FAST, KEY, ORIGIN, victim
+from tests.k8s.helm import CHART, EVERYTHING
 from tests.k8s.proxy import FaultProxy
-from tests.k8s.test_actuator import FAST, KEY, ORIGIN, victim
-from tests.k8s.test_commands import command, metric, stop
-from tests.k8s.test_source import fast_backoff
-from tests.k8s.test_source import running as running_source
+from tests.k8s.real_api import get_pod, pod, preemptor
 from tests.k8s.webhook import HoldingWebhook
 
 STEP_TIMEOUT_S = 20.0
 NO_TICKS = 3600.0
-COMPONENT_USERS = {user for name, (user, _, _) in cluster.IDENTITIES.items() if name != "admin"}
+# Any 403 to a component during a test fails it (tests/k8s/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_component_is_forbidden")
 
 
 # ---- scaffolding ---------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def no_component_is_forbidden(kube_cluster: cluster.TestCluster) -> Iterator[None]:
-    """A 403 to any component identity during the test fails it: the chart's RBAC must cover the code."""
-    before = len(kube_cluster.audit())
-    yield
-    forbidden = [
-        f"{e['user']['username']} {e['verb']} {e['requestURI']}"
-        for e in kube_cluster.audit()[before:]
-        if e["user"]["username"] in COMPONENT_USERS and e.get("responseStatus", {}).get("code") == 403
-    ]
-    assert not forbidden, f"RBAC refused a component: {forbidden}"
-
-
-@pytest.fixture
-def ns(kube_cluster: cluster.TestCluster) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    kube_cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    return name
 
 
 def node(name: str) -> dict[str, Any]:
@@ -92,68 +73,6 @@ def node(name: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "status": {"capacity": capacity, "allocatable": capacity},
     }
-
-
-def pod(
-    name: str,
-    namespace: str,
-    *,
-    node_name: str | None = None,
-    labels: dict[str, str] | None = None,
-    grace: int = 30,
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "500m"}}}],
-        "terminationGracePeriodSeconds": grace,
-    }
-    if node_name:
-        spec["nodeName"] = node_name
-    obj: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-        "spec": spec,
-    }
-    if node_name:  # what the kubelet would report: running and ready, so PDBs guard it
-        obj["status"] = {
-            "phase": "Running",
-            "conditions": [{"type": "Ready", "status": "True"}],
-        }
-    return obj
-
-
-# The preemptors' PriorityClass. The actuator takes only victims of lower live priority than the
-# live preemptor (issue 29), and the victims here have priority 0. A client cannot give a pod a
-# priority of its own: the API server's Priority admission refuses a spec.priority that differs
-# from its class's value, and sets it from priorityClassName, as in a real cluster.
-HIGH_PRIORITY_CLASS = "preemptctl-test-high"
-HIGH_PRIORITY = 1000
-
-
-def high_priority_class(kube_cluster: cluster.TestCluster) -> None:
-    """HIGH_PRIORITY_CLASS in the session's API server (created once; the server keeps it)."""
-    body = {
-        "apiVersion": "scheduling.k8s.io/v1",
-        "kind": "PriorityClass",
-        "metadata": {"name": HIGH_PRIORITY_CLASS},
-        "value": HIGH_PRIORITY,
-        "description": "preemptors of the tests: above their victims' 0",
-    }
-    try:
-        kube_cluster.apply(body)
-    except urllib.error.HTTPError as exc:
-        if exc.code != 409:  # already there: another test created it
-            raise
-
-
-def preemptor(kube_cluster: cluster.TestCluster, name: str, namespace: str, **kwargs: Any) -> dict[str, Any]:
-    """A pending pod of HIGH_PRIORITY_CLASS, as admission stored it (spec.priority from the class)."""
-    high_priority_class(kube_cluster)
-    obj = pod(name, namespace, **kwargs)
-    obj["spec"]["priorityClassName"] = HIGH_PRIORITY_CLASS
-    created = kube_cluster.apply(obj)
-    assert created["spec"]["priority"] == HIGH_PRIORITY, created["spec"]
-    return created
 
 
 def pdb(name: str, namespace: str, app: str, *, allowed: int) -> dict[str, Any]:
@@ -173,22 +92,11 @@ def pdb(name: str, namespace: str, app: str, *, allowed: int) -> dict[str, Any]:
     }
 
 
-def get_pod(kube_cluster: cluster.TestCluster, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        return cast(
-            dict[str, Any], kube_cluster.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
-        )
-    except Exception as exc:  # urllib's HTTPError 404
-        if getattr(exc, "code", None) == 404:
-            return None
-        raise
-
-
 def decision(
     preemptor: dict[str, Any], victims: list[VictimRecord], decision_id: str, **fields: Any
 ) -> bytes:
     """A sealed decision record, as the worker writes it, for a real preemptor and real victims."""
-    return orjson.dumps(actuator_tests.decision(preemptor, victims, decision_id=decision_id, **fields))
+    return orjson.dumps(decisions.decision(preemptor, victims, decision_id=decision_id, **fields))
 
 
 def make_actuator(
@@ -224,9 +132,7 @@ def test_helm_lint_and_server_side_dry_run(kube_cluster: cluster.TestCluster, tm
     # A name that YAML reads as a number unless it is quoted (secretName: 12345 is refused); every
     # knob set (the helm test Pod's priority class goes through the server's Priority admission).
     everything = tmp_path / "everything.yaml"
-    everything.write_text(
-        yaml.safe_dump(test_deploy.EVERYTHING | {"priorityClassName": "system-cluster-critical"})
-    )
+    everything.write_text(yaml.safe_dump(EVERYTHING | {"priorityClassName": "system-cluster-critical"}))
     for values in (
         ["--set", "actuator.mode=act"],
         [
@@ -1107,7 +1013,7 @@ async def test_a_frozen_leader_lands_no_write_after_its_successor_took_over(
                             cluster=ns, ts=now,
                         )  # fmt: skip
                         await producer.send_and_wait(DECISIONS, record, key=ns.encode())
-                        forged = actuator_tests.decision(
+                        forged = decisions.decision(
                             high,
                             [victim(deleted, "delete")],
                             decision_id=f"{ns}/2/high",

@@ -40,7 +40,7 @@ from streams.common import signing
 from streams.kafka import acls, connection, reading, topics
 from streams.sim import apiserver
 from testbed import cluster
-from tests.k8s.test_commands import command
+from tests.k8s.commands import command
 from tests.support import secure_kafka as sk
 
 SECRET = "zq9-s3cr3t-token"

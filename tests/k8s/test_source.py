@@ -14,38 +14,32 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from kubernetes_asyncio import client
 
 from streams.common.backoff import Backoff
 from streams.kafka import topics
-from streams.kafka.sink import KafkaSink, MemorySink, RecordSink
+from streams.kafka.sink import KafkaSink, MemorySink
 from streams.kube import api as kube
 from streams.kube import lease, source
 from tests.k8s import objects
-from tests.k8s.conftest import fresh_topic
+from tests.k8s.cluster_events import (
+    STEP_TIMEOUT_S,
+    Event,
+    read_topic,
+    running,
+)
 from tests.k8s.fakeapi import KINDS, FakeApi
+from tests.support.topics import fresh_topic
 
 SCHEMA = json.loads((Path(source.__file__).parents[2] / "schemas" / "cluster-events.schema.json").read_text())
-# Long enough for any step of a scenario on a loaded CI machine; a hang fails instead of stalling.
-STEP_TIMEOUT_S = 10.0
-# No TICK unless a test asks for one.
-NO_TICKS = 3600.0
-
-Event = dict[str, Any]
 PLURALS = {k.kind: plural for plural, k in KINDS.items()}
-
-
-def fast_backoff() -> Backoff:
-    return Backoff(initial_s=0.01, max_s=0.05, jitter=0.0)
 
 
 def seed(fake: FakeApi) -> None:
@@ -59,20 +53,6 @@ def seed(fake: FakeApi) -> None:
     fake.create("pods", objects.pod("c", node="n2"))
 
 
-@asynccontextmanager
-async def running(api: client.ApiClient, sink: RecordSink, **kwargs: Any) -> AsyncIterator[source.Source]:
-    kwargs.setdefault("tick_seconds", NO_TICKS)
-    kwargs.setdefault("backoff", fast_backoff)
-    src = source.Source(api, sink, **kwargs)
-    task = asyncio.create_task(src.run())
-    try:
-        await asyncio.wait_for(src.ready.wait(), STEP_TIMEOUT_S)
-        yield src
-    finally:
-        src.stop()
-        await asyncio.wait_for(task, STEP_TIMEOUT_S)
-
-
 def memory_events(sink: MemorySink) -> list[Event]:
     return [e for r in sink.records for e in orjson.loads(r.value)["events"]]
 
@@ -80,45 +60,6 @@ def memory_events(sink: MemorySink) -> list[Event]:
 async def wait_events(sink: MemorySink, until: Callable[[list[Event]], bool]) -> list[Event]:
     await sink.wait_for(lambda _: until(memory_events(sink)), timeout=STEP_TIMEOUT_S)
     return memory_events(sink)
-
-
-async def read_raw(
-    bootstrap: str, topic: str, until: Callable[[list[tuple[bytes | None, bytes]]], bool]
-) -> list[tuple[bytes | None, bytes]]:
-    """Consume partition 0 from the start until `until(records)` holds; (key, value) pairs."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        raw: list[tuple[bytes | None, bytes]] = []
-        deadline = time.monotonic() + STEP_TIMEOUT_S
-        while not until(raw):
-            assert time.monotonic() < deadline, f"timed out with {len(raw)} records: {raw[-2:]}"
-            batch = await consumer.getmany(tp, timeout_ms=100)
-            raw += [(m.key, m.value) for m in batch.get(tp, []) if m.value is not None]
-        return raw
-    finally:
-        await consumer.stop()
-
-
-def batch_events(raw: list[tuple[bytes | None, bytes]]) -> list[Event]:
-    out: list[Event] = []
-    for _, value in raw:
-        try:
-            out.extend(orjson.loads(value)["events"])
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            continue  # the session broker is shared: other tests write deliberate poison records
-    return out
-
-
-async def read_topic(
-    bootstrap: str, topic: str, until: Callable[[list[Event]], bool]
-) -> tuple[list[Event], list[tuple[bytes | None, bytes]]]:
-    """Consume cluster-events batches until `until(events)` holds."""
-    raw = await read_raw(bootstrap, topic, lambda records: until(batch_events(records)))
-    return batch_events(raw), raw
 
 
 async def watching(fake: FakeApi, plural: str) -> None:

@@ -1,6 +1,6 @@
 """The chart's worker: a StatefulSet whose pods keep their store on a PVC, exactly_once, its own timeouts.
 
-Rendered by the real `helm template` (tests/k8s/test_deploy.py), and the rendered
+Rendered by the real `helm template` (tests/k8s/helm.py), and the rendered
 arguments are parsed by the real command line.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.k8s.test_deploy import by_kind, cli, container, manifests, public_pem, values
+from tests.k8s.helm import by_kind, cli, container, manifests, public_pem, values
 
 
 def _worker(chart_values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
