@@ -8,6 +8,7 @@ it here makes a broken contract fail the test suite, not just `make lint`.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import pkgutil
@@ -22,10 +23,11 @@ import pytest
 import engine
 import schemas
 import streams
+import testbed
 
 MODULES = sorted(
     info.name
-    for package in (engine, schemas, streams)
+    for package in (engine, schemas, streams, testbed)
     for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + ".")
     if not info.name.endswith(".__main__")  # runs the CLI when imported
 )
@@ -128,3 +130,53 @@ def test_the_repository_cites_no_design_file_outside_it() -> None:
         where for where, text in _repository_text() if where not in SELF_EXAMPLES and pattern.search(text)
     ]
     assert not hits, hits
+
+
+# ---- the tests and the benchmarks ---------------------------------------------------------------
+
+
+def _imported(path: Path) -> set[str]:
+    """Every module `path` imports, function-level imports too and relative ones resolved; for
+    `from a import b`, both `a` and `a.b` (b may be a module)."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
+            found |= {base, *(f"{base}.{alias.name}" for alias in node.names)}
+    return found
+
+
+def _is_test_module(name: str) -> bool:
+    parts = name.split(".")
+    return parts[0] == "tests" and any(p.startswith("test_") or p == "conftest" for p in parts)
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    """What tests share is in plain modules (tests/support/, a suite's own helpers such as
+    tests/k8s/helm.py) and shared fixtures in a conftest.py: nothing under tests/ imports a test
+    module or a conftest, so running, moving or deleting one test module never breaks another."""
+    bad = sorted(
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in ROOT.glob("tests/**/*.py")
+        for name in _imported(path)
+        if _is_test_module(name)
+    )
+    assert not bad, bad
+
+
+def test_the_benchmarks_and_the_testbed_import_nothing_from_the_tests() -> None:
+    """benchmarks/ and testbed/ (the control plane both the tests and benchmarks/e2e.py run on)
+    stand on their own: a test may import them, never the other way round."""
+    bad = sorted(
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in [*ROOT.glob("benchmarks/**/*.py"), *ROOT.glob("testbed/**/*.py")]
+        for name in _imported(path)
+        if name == "tests" or name.startswith("tests.")
+    )
+    assert not bad, bad

@@ -24,11 +24,13 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
 
 from engine.config import Config
 from schemas import VERSION, records
 from streams.brokers import process
+from streams.kafka import topics
 from streams.kafka.reading import PartitionReader
 from streams.pipeline import fold
 from streams.sim import simulator, traces
@@ -237,3 +239,26 @@ class Worker:
 
     def log_text(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in self.logs if p.exists())
+
+
+async def recreate(bootstrap: str, topic: str) -> None:
+    """Delete `topic` and create it again, as an operator cleaning up would."""
+    from aiokafka.admin import NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+        spec = {s.name: s for s in topics.topic_specs()}[topic]
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:  # the deletion completes asynchronously
+            try:
+                await admin.create_topics(
+                    [NewTopic(topic, spec.partitions, 1, topic_configs=dict(spec.configs))]
+                )
+                return
+            except Exception:
+                assert time.monotonic() < deadline, f"{topic} could not be created again"
+                await asyncio.sleep(0.5)
+    finally:
+        await admin.close()

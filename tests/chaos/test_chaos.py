@@ -27,12 +27,11 @@ from hypothesis import strategies as st
 
 from schemas import records
 from streams.brokers.kafka_local import LocalKafka
-from streams.kafka import topics
 from streams.kafka.reading import PartitionReader
 from streams.pipeline import outbox, partitions, snapshot
 from streams.pipeline.app import EXIT_FATAL, EXIT_STALLED
 from tests.chaos import harness
-from tests.chaos.harness import Worker, assert_same, expected, log_of, produce, wait_published
+from tests.chaos.harness import Worker, assert_same, expected, log_of, produce, recreate, wait_published
 from tests.support import mixed_logs
 
 NODES = 60  # ~900 events and 60 decisions per cluster log
@@ -418,29 +417,6 @@ def test_a_paused_at_least_once_worker_given_its_partition_back_publishes_nothin
     assert "did not run for" in a.log_text() or "reopening from the store" in a.log_text(), a.tail()
 
 
-async def _recreate(bootstrap: str, topic: str) -> None:
-    """Delete `topic` and create it again, as an operator cleaning up would."""
-    from aiokafka.admin import NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.delete_topics([topic])
-        spec = {s.name: s for s in topics.topic_specs()}[topic]
-        deadline = time.monotonic() + harness.READY_TIMEOUT_S
-        while True:  # the deletion completes asynchronously
-            try:
-                await admin.create_topics(
-                    [NewTopic(topic, spec.partitions, 1, topic_configs=dict(spec.configs))]
-                )
-                return
-            except Exception:
-                assert time.monotonic() < deadline, f"{topic} could not be created again"
-                await asyncio.sleep(0.5)
-    finally:
-        await admin.close()
-
-
 def test_cluster_events_recreated_under_a_running_worker_is_followed(
     kafka: LocalKafka, tmp_path: Path
 ) -> None:
@@ -465,7 +441,7 @@ def test_cluster_events_recreated_under_a_running_worker_is_followed(
     try:
         asyncio.run(produce(kafka.bootstrap, before, first, [5]))
         wait_published(kafka.bootstrap, before, len(expected(first)))
-        asyncio.run(_recreate(kafka.bootstrap, records.CLUSTER_EVENTS))
+        asyncio.run(recreate(kafka.bootstrap, records.CLUSTER_EVENTS))
         asyncio.run(produce(kafka.bootstrap, after, second, [5]))
         got = wait_published(kafka.bootstrap, after, len(expected(second)))
     finally:

@@ -22,8 +22,16 @@ import pytest
 from schemas import records
 from streams.brokers.kafka_local import LocalKafka
 from streams.pipeline.app import EXIT_STALLED
-from tests.chaos.harness import Worker, a_day_later, assert_same, expected, log_of, produce, wait_published
-from tests.chaos.test_chaos import _recreate
+from tests.chaos.harness import (
+    Worker,
+    a_day_later,
+    assert_same,
+    expected,
+    log_of,
+    produce,
+    recreate,
+    wait_published,
+)
 
 NODES = 20
 
@@ -57,7 +65,7 @@ def test_a_relist_into_a_recreated_cluster_events_loses_no_decision(
         assert_same(wait_published(kafka.bootstrap, cluster, len(old)), old)
         if not running:
             w.stop()  # the store is kept: it is of the old topic, and dropped at the next start
-        asyncio.run(_recreate(kafka.bootstrap, records.CLUSTER_EVENTS))
+        asyncio.run(recreate(kafka.bootstrap, records.CLUSTER_EVENTS))
         asyncio.run(produce(kafka.bootstrap, cluster, second, [5]))
         if not running:
             w.start()

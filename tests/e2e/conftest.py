@@ -17,9 +17,9 @@ from streams.brokers import embedded
 from testbed import cluster as cluster_mod
 from testbed import scheduler as scheduler_mod
 from testbed import stack as stack_mod
+from tests.e2e.waits import KAFKA_NAMESPACE, NAMESPACE
 from tests.support import tools
 
-NAMESPACE = "e2e"
 # Victims are evicted (policy/v1 Eviction) in the tansu stack, so a PDB is honoured by the
 # API server (the PDB liveness case); the Kafka stack deletes them, kube-scheduler's way.
 TANSU_CONFIG = {"victimAction": "evict"}
@@ -49,9 +49,6 @@ def e2e_tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def loop(plane: stack_mod.ControlPlane, e2e_tansu: str) -> Iterator[stack_mod.Stack]:
     with stack_mod.stack(plane, e2e_tansu, "e2e", NAMESPACE, config=TANSU_CONFIG) as running:
         yield running
-
-
-KAFKA_NAMESPACE = "e2e-kafka"
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ the node of preemptctl's decision, with exactly that decision's victims gone.
 Each case is set up so only one answer is right: the pods that must stay are of
 the preemptor's own priority (never victims) or cure nothing, so the decided node
 and victims are asserted as kube-scheduler's DefaultPreemption would choose them.
-Waits are generous deadlines for a loaded machine (tests/e2e/test_loop.py),
+Waits are generous deadlines for a loaded machine (tests/e2e/waits.py),
 never timings asserted.
 """
 
@@ -28,16 +28,16 @@ import pytest
 
 from testbed import objects
 from testbed.stack import ControlPlane, Stack, wait_for
-from tests.e2e.conftest import NAMESPACE
-from tests.e2e.test_loop import (
+from tests.e2e.waits import (
     BIND_TIMEOUT_S,
     HIGH,
     LOW,
+    NAMESPACE,
     SETTLE_S,
-    _decisions_for,
-    _phase,
-    _preempted_exactly,
-    _watch_until_bound,
+    decisions_for,
+    phase,
+    preempted_exactly,
+    watch_until_bound,
 )
 
 START_S = 60.0  # kwok making a node Ready or a bound pod Running
@@ -70,7 +70,7 @@ def _running(plane: ControlPlane, pods: list[dict[str, Any]]) -> dict[str, dict[
 
 
 def _runs(plane: ControlPlane, name: str) -> bool:
-    return _phase(plane, name) == "Running"
+    return phase(plane, name) == "Running"
 
 
 def _describe(decisions: list[dict[str, Any]]) -> str:
@@ -100,13 +100,13 @@ def _ends_bound_where_decided(
     the decision's victims, which are `victims`, gone and every other pod of `running` still there."""
     name, uid = preemptor["metadata"]["name"], preemptor["metadata"]["uid"]
     try:
-        bound, nominations = _watch_until_bound(plane, name)
+        bound, nominations = watch_until_bound(plane, name)
     except AssertionError as exc:
         raise AssertionError(
-            f"{exc}\ndecisions for {name}: {_describe(_decisions_for(loop, uid)) or 'none'}"
+            f"{exc}\ndecisions for {name}: {_describe(decisions_for(loop, uid)) or 'none'}"
             f"\nkube-scheduler: {_scheduler_message(plane, name)!r}"
         ) from None
-    decided = _decisions_for(loop, uid)
+    decided = decisions_for(loop, uid)
     # Never `fits` (the answer before issue 28) nor anything else: every decision preempts, alike.
     assert decided and all(d["outcome"] == "preempt" for d in decided), _describe(decided)
     decision = decided[0]
@@ -118,9 +118,9 @@ def _ends_bound_where_decided(
     assert (decision["node"], chosen) == (node, victims), _describe(decided)
     assert {v["node"] for v in decision["victims"]} == {node}, decision["victims"]
     assert [n for n in nominations if n is not None] in ([], [node]), nominations
-    _preempted_exactly(plane, decision, running)
+    preempted_exactly(plane, decision, running)
     time.sleep(SETTLE_S)  # long enough for a wrong later eviction to show
-    _preempted_exactly(plane, decision, running)
+    preempted_exactly(plane, decision, running)
 
 
 def test_required_anti_affinity_by_hostname_preempts_the_matching_pod_on_the_decided_node(
@@ -152,7 +152,7 @@ def test_required_anti_affinity_by_hostname_preempts_the_matching_pod_on_the_dec
     )
     # Both nodes are equal for kube-scheduler: the decision picks one, and its x pod is the victim.
     uid = preemptor["metadata"]["uid"]
-    first = wait_for(lambda: _decisions_for(loop, uid), "aa-p decided", BIND_TIMEOUT_S)[0]
+    first = wait_for(lambda: decisions_for(loop, uid), "aa-p decided", BIND_TIMEOUT_S)[0]
     node = first.get("node") or "(none)"
     _ends_bound_where_decided(plane, loop, preemptor, running, node=node, victims={f"{node}-x"})
     assert node in nodes

@@ -21,16 +21,20 @@ import pytest
 
 from testbed import objects
 from testbed.stack import ControlPlane, Stack, wait_for
-from tests.e2e.conftest import KAFKA_NAMESPACE, NAMESPACE
-
-# From a preemptor's creation to its binding: a decision, evictions, kwok removing the
-# victims and kube-scheduler's retry take about a second on idle cores; a loaded CI
-# machine gets much more before a test counts it as never bound.
-BIND_TIMEOUT_S = 90.0
-# Long enough for a wrong extra decision or eviction to show up after the fact.
-SETTLE_S = 3.0
-
-LOW, MID, HIGH = "e2e-low", "e2e-mid", "e2e-high"
+from tests.e2e.waits import (
+    BIND_TIMEOUT_S,
+    HIGH,
+    KAFKA_NAMESPACE,
+    LOW,
+    MID,
+    NAMESPACE,
+    SETTLE_S,
+    decisions_for,
+    gone,
+    phase,
+    preempted_exactly,
+    watch_until_bound,
+)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -61,56 +65,13 @@ def _victims(plane: ControlPlane, group: str, nodes: list[str], per_node: int, *
                 objects.pod(name, namespace, group, cpu=cpu, priority_class=pc, node=node, labels=labels)
             )
     for name in made:
-        wait_for(lambda n=name: _phase(plane, n, namespace) == "Running", f"kwok runs {name}", 60)
+        wait_for(lambda n=name: phase(plane, n, namespace) == "Running", f"kwok runs {name}", 60)
     return made
-
-
-def _phase(plane: ControlPlane, name: str, namespace: str = NAMESPACE) -> str | None:
-    pod = plane.pod(namespace, name)
-    return None if pod is None else (pod.get("status") or {}).get("phase")
 
 
 def _bound(plane: ControlPlane, name: str) -> str | None:
     pod = plane.pod(NAMESPACE, name)
     return None if pod is None else pod["spec"].get("nodeName")
-
-
-def _gone(plane: ControlPlane, pod: dict[str, Any]) -> bool:
-    now = plane.pod(pod["metadata"]["namespace"], pod["metadata"]["name"])
-    return now is None or now["metadata"]["uid"] != pod["metadata"]["uid"]
-
-
-def _decisions_for(loop: Stack, uid: str) -> list[dict[str, Any]]:
-    return [d for d in loop.decisions() if d["preemptorUid"] == uid]
-
-
-def _watch_until_bound(
-    plane: ControlPlane, name: str, namespace: str = NAMESPACE
-) -> tuple[str, list[str | None]]:
-    """Poll the preemptor until bound; the nominations it showed meanwhile, in order, deduplicated."""
-    seen: list[str | None] = []
-    deadline = time.monotonic() + BIND_TIMEOUT_S
-    while time.monotonic() < deadline:
-        pod = plane.pod(namespace, name)
-        assert pod is not None, f"{name} vanished"
-        if pod["spec"].get("nodeName"):
-            return pod["spec"]["nodeName"], seen
-        nominated = (pod.get("status") or {}).get("nominatedNodeName")
-        if not seen or seen[-1] != nominated:
-            seen.append(nominated)
-        time.sleep(0.05)
-    raise AssertionError(f"{name} not bound within {BIND_TIMEOUT_S:g} s; nominations seen {seen}")
-
-
-def _preempted_exactly(
-    plane: ControlPlane, decision: dict[str, Any], victims: dict[str, dict[str, Any]]
-) -> None:
-    chosen = {v["name"] for v in decision["victims"]}
-    for name, pod in victims.items():
-        if name in chosen:
-            wait_for(lambda p=pod: _gone(plane, p), f"decided victim {name} gone", BIND_TIMEOUT_S)
-        else:
-            assert not _gone(plane, pod), f"{name} was not a decided victim, yet it is gone"
 
 
 # ---- the loop -------------------------------------------------------------------------------
@@ -120,16 +81,16 @@ def _the_loop(plane: ControlPlane, loop: Stack, group: str, namespace: str) -> N
     nodes = _nodes(plane, group, 2)
     victims = _victims(plane, group, nodes, 2, namespace=namespace)
     pre = plane.create(objects.pod(f"{group}-p", namespace, group, cpu="3", priority_class=HIGH))
-    node, nominations = _watch_until_bound(plane, f"{group}-p", namespace)
-    (decision,) = [d for d in _decisions_for(loop, pre["metadata"]["uid"]) if d["outcome"] == "preempt"]
+    node, nominations = watch_until_bound(plane, f"{group}-p", namespace)
+    (decision,) = [d for d in decisions_for(loop, pre["metadata"]["uid"]) if d["outcome"] == "preempt"]
     assert node == decision["node"]
     # kube-scheduler kept preemptctl's nomination: never cleared, never another node.
     assert [n for n in nominations if n is not None] in ([], [decision["node"]])
     assert nominations[-1] in (None, decision["node"]) and nominations.count(None) <= 1
     assert len(decision["victims"]) == 2 and {v["node"] for v in decision["victims"]} == {node}
-    _preempted_exactly(plane, decision, victims)
+    preempted_exactly(plane, decision, victims)
     time.sleep(SETTLE_S)
-    _preempted_exactly(plane, decision, victims)
+    preempted_exactly(plane, decision, victims)
 
 
 def test_preemptor_is_bound_on_the_decided_node_with_exactly_its_victims_gone(
@@ -153,23 +114,23 @@ def test_a_refused_decision_then_another_preemptor_for_the_node_ends_bound(
     blocker = plane.create(
         objects.pod("refused-b", NAMESPACE, group, cpu="4", priority_class=MID, node=other)
     )
-    wait_for(lambda: _phase(plane, "refused-b") == "Running", "kwok runs the blocker", 60)
+    wait_for(lambda: phase(plane, "refused-b") == "Running", "kwok runs the blocker", 60)
     loop.pause("actuator")  # the actuator is late: p1's decision waits in the topic
     try:
         p1 = plane.create(objects.pod("refused-p1", NAMESPACE, group, cpu="4", priority_class=HIGH))
-        first = wait_for(lambda: _decisions_for(loop, p1["metadata"]["uid"]), "p1 decided", BIND_TIMEOUT_S)
+        first = wait_for(lambda: decisions_for(loop, p1["metadata"]["uid"]), "p1 decided", BIND_TIMEOUT_S)
         assert (first[0]["outcome"], first[0]["node"]) == ("preempt", full)
         plane.delete(blocker)  # room appears elsewhere: kube-scheduler binds p1 there
         assert wait_for(lambda: _bound(plane, "refused-p1"), "p1 bound", BIND_TIMEOUT_S) == other
         p2 = plane.create(objects.pod("refused-p2", NAMESPACE, group, cpu="4", priority_class=MID))
-        second = wait_for(lambda: _decisions_for(loop, p2["metadata"]["uid"]), "p2 decided", BIND_TIMEOUT_S)
+        second = wait_for(lambda: decisions_for(loop, p2["metadata"]["uid"]), "p2 decided", BIND_TIMEOUT_S)
         # p2 is decided onto the node whose victim the worker thinks is already leaving.
         assert second[0]["node"] == full and all(v.get("terminating") for v in second[0]["victims"])
     finally:
         loop.resume("actuator")
     # The actuator refuses p1's decision (bound); the worker folds that back and decides p2 again.
     assert wait_for(lambda: _bound(plane, "refused-p2"), "p2 bound", BIND_TIMEOUT_S) == full
-    assert _gone(plane, victim)
+    assert gone(plane, victim)
     outcomes = [e["outcome"] for e in loop.events() if e["type"] == "OUTCOME"]
     assert any(o["decisionId"] == first[0]["id"] and o["nomination"] == "bound" for o in outcomes)
 
@@ -182,11 +143,11 @@ def test_a_taint_removed_ends_bound(plane: ControlPlane, loop: Stack) -> None:
     (node,) = _nodes(plane, group, 1, taint=True)
     (victim,) = _victims(plane, group, [node], 1, cpu="4").values()
     pre = plane.create(objects.pod("taint-p", NAMESPACE, group, cpu="4", priority_class=HIGH))
-    (first,) = wait_for(lambda: _decisions_for(loop, pre["metadata"]["uid"]), "decided", BIND_TIMEOUT_S)
+    (first,) = wait_for(lambda: decisions_for(loop, pre["metadata"]["uid"]), "decided", BIND_TIMEOUT_S)
     assert first["outcome"] == "unschedulable"
     plane.patch(objects.node(node, group), {"spec": {"taints": None}})
-    assert _watch_until_bound(plane, "taint-p")[0] == node
-    assert _gone(plane, victim)
+    assert watch_until_bound(plane, "taint-p")[0] == node
+    assert gone(plane, victim)
 
 
 def test_a_node_added_ends_bound(plane: ControlPlane, loop: Stack) -> None:
@@ -194,15 +155,15 @@ def test_a_node_added_ends_bound(plane: ControlPlane, loop: Stack) -> None:
     (first_node,) = _nodes(plane, group, 1)
     _victims(plane, group, [first_node], 1, cpu="4", pc=HIGH)  # not preemptable by an equal priority
     pre = plane.create(objects.pod("added-p", NAMESPACE, group, cpu="4", priority_class=HIGH))
-    (first,) = wait_for(lambda: _decisions_for(loop, pre["metadata"]["uid"]), "decided", BIND_TIMEOUT_S)
+    (first,) = wait_for(lambda: decisions_for(loop, pre["metadata"]["uid"]), "decided", BIND_TIMEOUT_S)
     assert first["outcome"] == "unschedulable"
     # A node joins already running a low-priority pod (bound before the node showed up, as a
     # DaemonSet's or a static pod would be): only preempting it makes room.
     new = f"{group}-n1"
     victim = plane.create(objects.pod(f"{new}-v0", NAMESPACE, group, cpu="4", priority_class=LOW, node=new))
     plane.create(objects.node(new, group))
-    assert _watch_until_bound(plane, "added-p")[0] == new
-    wait_for(lambda: _gone(plane, victim), "the new node's victim gone", BIND_TIMEOUT_S)
+    assert watch_until_bound(plane, "added-p")[0] == new
+    wait_for(lambda: gone(plane, victim), "the new node's victim gone", BIND_TIMEOUT_S)
 
 
 def test_a_pdb_loosened_ends_bound(plane: ControlPlane, loop: Stack) -> None:
@@ -224,9 +185,9 @@ def test_a_pdb_loosened_ends_bound(plane: ControlPlane, loop: Stack) -> None:
     # The disruption controller's part: the budget now allows one disruption.
     status = objects.pdb("pdb-web", NAMESPACE, "pdb-web", allowed=1, healthy=2)["status"]
     plane.patch(budget, {"status": status}, subresource="status")
-    assert _watch_until_bound(plane, "pdb-p")[0] == node
-    assert _gone(plane, victim)
-    assert len([d for d in _decisions_for(loop, pre["metadata"]["uid"]) if d["outcome"] == "preempt"]) >= 2
+    assert watch_until_bound(plane, "pdb-p")[0] == node
+    assert gone(plane, victim)
+    assert len([d for d in decisions_for(loop, pre["metadata"]["uid"]) if d["outcome"] == "preempt"]) >= 2
 
 
 def test_a_toleration_window_ending_ends_bound(plane: ControlPlane, loop: Stack) -> None:
@@ -246,12 +207,12 @@ def test_a_toleration_window_ending_ends_bound(plane: ControlPlane, loop: Stack)
     (node,) = _nodes(plane, group, 1)
     # Scheduled by kube-scheduler, so the pod has PodScheduled=True: its window starts then.
     victim = plane.create(objects.pod("tolerate-v", NAMESPACE, group, cpu="4", priority_class="e2e-tolerant"))
-    wait_for(lambda: _phase(plane, "tolerate-v") == "Running", "the tolerant victim runs", BIND_TIMEOUT_S)
+    wait_for(lambda: phase(plane, "tolerate-v") == "Running", "the tolerant victim runs", BIND_TIMEOUT_S)
     pre = plane.create(objects.pod("tolerate-p", NAMESPACE, group, cpu="4", priority_class=HIGH))
-    first = wait_for(lambda: _decisions_for(loop, pre["metadata"]["uid"]), "decided", BIND_TIMEOUT_S)
+    first = wait_for(lambda: decisions_for(loop, pre["metadata"]["uid"]), "decided", BIND_TIMEOUT_S)
     assert first[0]["outcome"] == "unschedulable", first[0]["reason"]
-    assert _watch_until_bound(plane, "tolerate-p")[0] == node
-    assert _gone(plane, victim)
+    assert watch_until_bound(plane, "tolerate-p")[0] == node
+    assert gone(plane, victim)
 
 
 def test_room_freed_without_a_new_unschedulable_message_ends_bound(plane: ControlPlane, loop: Stack) -> None:
@@ -266,17 +227,17 @@ def test_room_freed_without_a_new_unschedulable_message_ends_bound(plane: Contro
     (node,) = _nodes(plane, group, 1)
     kept = plane.create(objects.pod(f"{node}-h", NAMESPACE, group, cpu="2", priority_class=HIGH, node=node))
     (victim,) = _victims(plane, group, [node], 1, cpu="2").values()
-    wait_for(lambda: _phase(plane, f"{node}-h") == "Running", "kwok runs the higher pod", 60)
+    wait_for(lambda: phase(plane, f"{node}-h") == "Running", "kwok runs the higher pod", 60)
     pre = plane.create(objects.pod("same-p", NAMESPACE, group, cpu="4", priority_class=MID))
     uid = pre["metadata"]["uid"]
-    (first,) = wait_for(lambda: _decisions_for(loop, uid), "decided", BIND_TIMEOUT_S)
+    (first,) = wait_for(lambda: decisions_for(loop, uid), "decided", BIND_TIMEOUT_S)
     assert first["outcome"] == "unschedulable", first
     message = _unschedulable_message(plane, "same-p")
     assert "Insufficient cpu" in message
     plane.delete(kept)
-    wait_for(lambda: _gone(plane, kept), "the higher pod gone", 60)
-    assert _watch_until_bound(plane, "same-p")[0] == node
-    assert _gone(plane, victim)
+    wait_for(lambda: gone(plane, kept), "the higher pod gone", 60)
+    assert watch_until_bound(plane, "same-p")[0] == node
+    assert gone(plane, victim)
     # kube-scheduler wrote the preemptor's failure once: its retry after the deletion failed the
     # same way and wrote nothing (the audit log has every write; preemptctl's log keeps no messages).
     target = {"namespace": NAMESPACE, "name": "same-p", "subresource": "status"}
@@ -292,7 +253,7 @@ def test_room_freed_without_a_new_unschedulable_message_ends_bound(plane: Contro
     )
     nominated = next(i for i, (_, who) in enumerate(writes) if who != "kube-scheduler")
     assert [who for _, who in writes[:nominated]] == ["kube-scheduler"], writes
-    decided = _decisions_for(loop, uid)
+    decided = decisions_for(loop, uid)
     assert [d["outcome"] for d in decided][:1] == ["unschedulable"] and decided[-1]["outcome"] == "preempt"
 
 
@@ -313,13 +274,13 @@ def test_the_default_profiles_pods_are_never_decided_by_preemptctl(plane: Contro
         objects.pod("dflt-p", NAMESPACE, group, cpu="4", priority_class=HIGH, scheduler="default-scheduler")
     )
     # kube-scheduler's DefaultPreemption nominates it, evicts the victim and binds it.
-    assert _watch_until_bound(plane, "dflt-p")[0] == node
-    assert _gone(plane, victim)
+    assert watch_until_bound(plane, "dflt-p")[0] == node
+    assert gone(plane, victim)
     time.sleep(SETTLE_S)
     uid = pre["metadata"]["uid"]
     # Written to the log once nominated (it claims capacity), but never decided for.
     assert any((e.get("object") or {}).get("metadata", {}).get("uid") == uid for e in loop.events())
-    assert _decisions_for(loop, uid) == []
+    assert decisions_for(loop, uid) == []
     assert [e for e in loop.evictions() if e["victim"]["uid"] == victim["metadata"]["uid"]] == []
     scopes = [e.get("scope") for e in loop.events() if e["type"] == "RESYNC"]
     assert scopes and all(s == {"schedulerNames": ["preemptctl-scheduler"]} for s in scopes)
@@ -337,7 +298,7 @@ def test_worker_sigkill_and_actuator_restart_mid_run(plane: ControlPlane, loop: 
         plane.create(objects.pod(n, NAMESPACE, group, cpu="3", priority_class=HIGH))["metadata"]["uid"]
         for n in names
     ]
-    wait_for(lambda: _decisions_for(loop, uids[0]), "a first decision", BIND_TIMEOUT_S, every_s=0.1)
+    wait_for(lambda: decisions_for(loop, uids[0]), "a first decision", BIND_TIMEOUT_S, every_s=0.1)
     loop.kill("worker")  # SIGKILL: no clean shutdown, no final commit
     loop.start("worker")
     loop.kill("actuator", signal.SIGTERM)
@@ -351,4 +312,4 @@ def test_worker_sigkill_and_actuator_restart_mid_run(plane: ControlPlane, loop: 
     )
     assert done and max(done.values()) == 1, done
     for pod in victims.values():
-        assert _gone(plane, pod)
+        assert gone(plane, pod)

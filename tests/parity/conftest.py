@@ -16,15 +16,9 @@ import pytest
 
 from testbed import cluster as k8s
 from testbed import scheduler as scheduler_mod
-from tests.parity import classify as classify_mod
 from tests.parity.harness import Harness
+from tests.parity.tally import BY_FILTER, BY_SHAPE, RESULTS
 from tests.support import tools
-
-# Every classification of the session, for the summary: (source, kind, departures).
-RESULTS: list[tuple[str, str, tuple[str, ...]]] = []
-# The same per filter that decides the cluster upstream, and per generated shape: (label, kind).
-BY_FILTER: list[tuple[str, str]] = []
-BY_SHAPE: list[tuple[str, str]] = []
 
 
 @pytest.fixture(scope="session")
@@ -40,15 +34,6 @@ def parity() -> Iterator[Harness]:
             yield harness
         finally:
             harness.close()
-
-
-def record(source: str, c: classify_mod.Classification, tags: tuple[str, ...] = ()) -> None:
-    RESULTS.append((source, c.kind, c.departures))
-    BY_FILTER.extend(
-        (f, c.kind) for f in c.filters or ("none of NodePorts, InterPodAffinity, PodTopologySpread",)
-    )
-    if source == "generated clusters":
-        BY_SHAPE.extend((t, c.kind) for t in tags or ("plain",))
 
 
 KINDS = ("same", "tie", "documented", "unexplained")

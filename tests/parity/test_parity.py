@@ -25,9 +25,9 @@ import pytest
 
 from tests.parity import classify as classify_mod
 from tests.parity import generate, upstream
-from tests.parity.conftest import record
 from tests.parity.harness import Harness
 from tests.parity.scenario import DEFAULT, TOLERATION, from_case
+from tests.parity.tally import record
 
 CASES = Path(__file__).resolve().parents[1] / "conformance" / "cases"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "semantics.md"
