@@ -16,7 +16,7 @@ For README.md and every docs/*.md:
   and print the verdict lines its transcript shows (`intact: ...`, `FAILED at ...`) as shown;
 - every ```python block compiles, and its imports import;
 - every repository path a document or a `--help` names (docs/..., examples/..., deploy/...,
-  streams/..., tests/..., a relative Markdown link) exists.
+  streams/..., tests/..., testbed/..., a relative Markdown link) exists.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ COMMAND_TIMEOUT_S = 180
 DOC_BROKER = "127.0.0.1:9092"
 # Repository paths as documents and --help name them.
 REPO_PATH = re.compile(
-    r"(?<![\w./~-])((?:docs|examples|deploy|streams|tests|schemas|engine|benchmarks|conformance)/[\w./-]*\w)"
+    r"(?<![\w./~-])((?:docs|examples|deploy|streams|tests|testbed|schemas|engine|benchmarks|conformance)/[\w./-]*\w)"
 )
 # A path a document names as an example of its own, not a file of this repository.
 NOT_FILES = {"deploy/helm/preemptctl/templates/", "tests/e2e", "tests/parity"}

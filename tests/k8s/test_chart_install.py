@@ -14,7 +14,7 @@
   Services, NetworkPolicies and PodDisruptionBudgets select, asked of the API server, is its own
   pods only, and a drain's eviction of every pod goes through (one budget per pod);
 - a PKCS12 keystore on the read-only root filesystem of the stored pod templates (tests/k8s/
-  test_chart_many_installs.py builds the filesystem from the mounts).
+  helm.py builds the filesystem from the mounts).
 
 No kubelet or controller-manager runs: the objects are what the API server stored.
 """
