@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,21 @@ def test_the_repository_cites_no_design_file_outside_it() -> None:
         where for where, text in _repository_text() if where not in SELF_EXAMPLES and pattern.search(text)
     ]
     assert not hits, hits
+
+
+def test_pyproject_packages_and_names_only_what_exists() -> None:
+    """The distribution packages real packages, and every repository path pyproject.toml's
+    comments name is a file or folder of the repository."""
+    text = (ROOT / "pyproject.toml").read_text()
+    found = tomllib.loads(text)["tool"]["setuptools"]["packages"]["find"]["include"]
+    missing = [
+        n for n in found if not (ROOT / n.removesuffix(".*").replace(".", "/") / "__init__.py").exists()
+    ]
+    named = re.findall(
+        r"\b((?:benchmarks|deploy|docs|engine|examples|schemas|streams|testbed|tests)/[\w./-]*\w)", text
+    )
+    missing += [path for path in named if not (ROOT / path).exists()]
+    assert not missing, missing
 
 
 # ---- the tests and the benchmarks ---------------------------------------------------------------
