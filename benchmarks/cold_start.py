@@ -16,8 +16,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import orjson
-
 from engine.config import Config
 from schemas import records
 from streams.kafka.memory import MemoryBroker
@@ -32,7 +30,7 @@ async def main(nodes: int) -> None:
     events = [{"type": "ADDED", "ts": workloads.EPOCH, "object": o} for o in workloads.cluster_objects(nodes)]
     broker = MemoryBroker()
     for i in range(0, len(events), EVENTS_PER_RECORD):
-        value = orjson.dumps({"v": 1, "cluster": "default", "events": events[i : i + EVENTS_PER_RECORD]})
+        value = records.encode_batch("default", events[i : i + EVENTS_PER_RECORD])
         broker.append(records.CLUSTER_EVENTS, 0, b"default", value)
 
     async def outbox(partition: int) -> Outbox:

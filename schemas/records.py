@@ -63,6 +63,28 @@ class ClusterEventBatch(TypedDict):
     events: list[ClusterEvent]
 
 
+def batch(cluster: str, events: list[Any]) -> ClusterEventBatch:
+    """A cluster-events record's value: `events`, in order, in the envelope naming their cluster.
+
+    The one place the envelope is built: every writer (the source, the actuator's OUTCOME,
+    `preemptctl run`, the benchmarks) writes the same bytes for the same events, its members
+    in this order (records are orjson-encoded as built, and hashed in places).
+    """
+    return {"v": VERSION, "cluster": cluster, "events": events}
+
+
+def encode_batch(cluster: str, events: list[Any]) -> bytes:
+    """`batch(cluster, events)`, encoded."""
+    return orjson.dumps(batch(cluster, events))
+
+
+def batch_frame(cluster: str) -> tuple[bytes, bytes]:
+    """The bytes of `encode_batch(cluster, events)` before and after its events, which are joined
+    by `,` in between: for a writer that encodes each event once and batches the bytes later."""
+    empty = encode_batch(cluster, [])  # ...,"events":[]}
+    return empty[:-2], empty[-2:]
+
+
 class VictimRecord(TypedDict):
     uid: str
     namespace: str

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas import chain, records
+from schemas import chain, decisions, records
 
 HERE = Path(records.__file__).parent
 
@@ -58,6 +59,76 @@ def test_decode_batch_reasons() -> None:
     ]:
         with pytest.raises(records.DecodeError, match=why):
             records.decode_batch(bad)
+
+
+def test_every_writer_writes_the_same_envelope() -> None:
+    """One envelope builder (records.batch), and the bytes a writer that encodes events one by one
+    frames with it (the source's Publisher) are the builder's, key order included."""
+    events: list[Any] = [
+        {"ts": "2026-01-01T00:00:00Z", "type": "RESYNC", "scope": {"schedulerNames": ["s"]}},
+        {"ts": "2026-01-01T00:00:01Z", "type": "TICK"},
+    ]
+    for cluster in ("c", "prod-eu1", '名前/"q"'):
+        by_hand = orjson.dumps({"v": 1, "cluster": cluster, "events": events})
+        assert records.encode_batch(cluster, events) == by_hand
+        head, tail = records.batch_frame(cluster)
+        assert head + b",".join(orjson.dumps(e) for e in events) + tail == by_hand
+        assert head + orjson.dumps(events[0]) + tail == records.encode_batch(cluster, events[:1])
+        assert records.decode_batch(by_hand) == records.batch(cluster, events)
+
+
+def _decision(**changes: Any) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "v": 1,
+        "id": "c/7/p-uid",
+        "cluster": "c",
+        "seq": 7,
+        "ts": "2026-01-01T00:00:00Z",
+        "flow": "default",
+        "preemptor": "default/p",
+        "preemptorUid": "p-uid",
+        "outcome": "preempt",
+        "node": "n1",
+        "victims": [
+            {
+                "uid": "v-uid",
+                "namespace": "default",
+                "name": "v",
+                "node": "n1",
+                "priority": 1,
+                "action": "delete",
+            }
+        ],
+        "reason": "r",
+        "explanation": {},
+        "configHash": "h",
+        "engineVersion": "0",
+        **changes,
+    }
+    return chain.seal(record, chain.GENESIS)
+
+
+def test_a_decision_record_is_checked_in_one_place() -> None:
+    """schemas.decisions: the chain's members for the audit, the schema and then the shape for the
+    actuator; each reason names what is wrong."""
+    good = _decision()
+    assert decisions.problem(good) is None and decisions.chain_problem(good) is None
+    jsonschema.validate(good, _schema("decisions"))
+    assert decisions.schema_problem([good]) == "record is not a JSON object"
+    assert decisions.schema_problem({**good, "v": 2}) == "unsupported envelope version 2"
+    assert decisions.schema_problem({**good, "flow": "other"}) is not None
+    assert (
+        decisions.problem(_decision(preemptor="default/a\nb"))
+        == "preemptor 'default/a\\nb' is not namespace/name"
+    )
+    twice = _decision(victims=[good["victims"][0], good["victims"][0]])
+    assert decisions.problem(twice) == "victims[1]: uid v-uid named twice"
+    # The audit reads no more than the chain does: a record off the schema is still chained.
+    assert decisions.chain_problem({**good, "flow": "other"}) is None
+    assert decisions.chain_problem({"id": "x", "hash": 1, "seq": "7"}) == (
+        "cluster, prevHash, hash, seq missing or mistyped"
+    )
+    assert decisions.chain_problem({**good, "seq": True}) == "seq missing or mistyped"
 
 
 def test_chain_detects_edits() -> None:

@@ -56,7 +56,7 @@ from aiokafka import TopicPartition
 from engine import cluster as cluster_mod
 from engine import projection
 from engine.config import Config
-from schemas import VERSION, records
+from schemas import records
 from streams.bench import machine
 from streams.brokers import embedded, process
 from streams.kafka import connection, topics
@@ -187,7 +187,7 @@ async def _produce_log(
             await producer.send(
                 topic,
                 key=cluster.encode(),
-                value=orjson.dumps({"v": VERSION, "cluster": cluster, "events": events}),
+                value=records.encode_batch(cluster, events),
                 headers=headers,
             )
         )
@@ -344,9 +344,7 @@ async def _write_snapshot(
     objects = workloads.cluster_objects(pods // 4)
     # The record at the snapshot's position: its fingerprint ties the snapshot to this log.
     anchor_key = cluster.encode()
-    anchor = orjson.dumps(
-        {"v": VERSION, "cluster": cluster, "events": [{"ts": workloads.EPOCH, "type": "TICK"}]}
-    )
+    anchor = records.encode_batch(cluster, [{"ts": workloads.EPOCH, "type": "TICK"}])
     producer = outbox_mod.new_producer(kafka)
     await connection.start(kafka, producer)
     try:
@@ -480,7 +478,7 @@ async def _latency(
         fut = await producer.send(
             records.CLUSTER_EVENTS,
             key=cluster.encode(),
-            value=orjson.dumps({"v": VERSION, "cluster": cluster, "events": [body]}),
+            value=records.encode_batch(cluster, [body]),
         )
         if i in triggers:
             await fut
