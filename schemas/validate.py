@@ -174,6 +174,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def is_type(value: Any, kind: str | list[str]) -> bool:
+    """Is `value` of the JSON Schema `type` `kind` (integers as integers, never a bool)?"""
+    return _is_type(value, kind)
+
+
 def _is_type(value: Any, kind: str | list[str]) -> bool:
     if isinstance(kind, list):
         return any(_is_type(value, k) for k in kind)
