@@ -241,7 +241,7 @@ def test_dead_letters_keep_the_bytes_as_written(tmp_path: Path) -> None:
 
 def test_the_source_declares_its_records_projected() -> None:
     from streams.kafka.sink import MemorySink
-    from streams.kube.source import Publisher
+    from streams.kube.publisher import Publisher
 
     async def scenario() -> tuple[tuple[str, bytes], ...]:
         sink = MemorySink()

@@ -21,7 +21,9 @@ import pytest
 
 from engine.config import Config
 from schemas import chain
+from streams.cli import actuator as actuator_cli
 from streams.cli import main
+from streams.cli import worker as worker_cli
 from streams.common import signing
 from streams.kafka import logio
 from streams.kafka import topics as kafka_topics
@@ -64,7 +66,7 @@ def _actuator_keys(tmp_path: Path, *flags: str) -> signing.Keyring:
     keys.mkdir(exist_ok=True)
     (keys / KEY_ID).write_bytes(PUBLIC)
     parser = argparse.ArgumentParser()
-    actuator.register(parser.add_subparsers())
+    actuator_cli.register(parser.add_subparsers())
     ring = signing.keyring_from_args(parser.parse_args(["actuator", "--signing-keys-dir", str(keys), *flags]))
     assert ring is not None and ring.mode == "ed25519"
     return ring
@@ -187,7 +189,7 @@ def test_the_worker_command_passes_its_install_down(tmp_path: Path, monkeypatch:
         (["--topic-prefix", INSTALL, "--install-id", OTHER], OTHER),
     ):
         parser = argparse.ArgumentParser()
-        app.register(parser.add_subparsers())
+        worker_cli.register(parser.add_subparsers())
         args = parser.parse_args([*common, *flags])
         with pytest.raises(Built):
             app.cmd(args)

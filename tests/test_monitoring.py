@@ -44,6 +44,7 @@ METRIC_MODULES = (
     "streams.kube.eviction",
     "streams.kube.lease",
     "streams.kube.source",
+    "streams.kube.publisher",
 )
 ROWS = [
     "Source: the cluster's log",

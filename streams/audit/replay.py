@@ -20,16 +20,6 @@ from streams.pipeline import fold
 from streams.pipeline.fold import tune_gc
 from streams.sim import simulator
 
-EXAMPLES = """examples:
-  preemptctl replay trace.jsonl --simulate --decisions-out d.jsonl     the run, without a broker
-  preemptctl replay exported-events.jsonl --compare decisions.jsonl     audit a recorded run
-  preemptctl replay kafka://127.0.0.1:9092/preemption.cluster-events \\
-      --compare kafka://127.0.0.1:9092/preemption.decisions
-  preemptctl replay kafka://127.0.0.1:9092/team-a.cluster-events --hmac-key-file worker.pem \\
-      --install-id team-a. --compare kafka://127.0.0.1:9092/team-a.decisions   signatures too
-"""
-
-
 # The fields a difference is shown by, when one of them differs; otherwise the line names
 # every top-level field whose bytes differ (hash, reason, explanation, ...).
 SHOWN_FIELDS = ("outcome", "node", "placements", "victims", "flow", "preemptor")
@@ -162,46 +152,3 @@ def install_of(args: argparse.Namespace, key: bytes | None) -> str | None:
         return None
     install: str = args.install_id or chain.DEFAULT_INSTALL
     return install
-
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "replay",
-        help="re-derive decisions from an event log (JSONL or kafka://) and compare",
-        description="Fold a cluster-events log as recorded (the audit path), or run a trace through the "
-        "simulated cluster (--simulate), and print or write the decision log.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("log", metavar="LOG", help="JSONL trace/export, or kafka://host:port/topic")
-    p.add_argument(
-        "--simulate", action="store_true", help="treat LOG as a trace and add the cluster's reactions"
-    )
-    p.add_argument("--decisions-out", metavar="FILE", help="write the decision log here (JSONL)")
-    p.add_argument("--log-out", metavar="FILE", help="with --simulate: write the full event log here")
-    p.add_argument(
-        "--compare",
-        metavar="RECORDED",
-        help="recorded decisions (JSONL or kafka://): report missing, extra, doubled and differing "
-        "records by id; exit 1 if any, 2 if RECORDED is not a decision log",
-    )
-    p.add_argument("--config", help="engine config YAML")
-    p.add_argument(
-        "--hmac-key-file",
-        help="sign re-derived records with this key, as the worker did (to compare signed logs): "
-        "its Ed25519 private key (PEM), or its HMAC key",
-    )
-    p.add_argument(
-        "--install-id",
-        metavar="ID",
-        help="with --hmac-key-file: the install the worker signed for (its --install-id, else its "
-        f"--topic-prefix; default {chain.DEFAULT_INSTALL})",
-    )
-    p.add_argument(
-        "--unbound-hmac",
-        action="store_true",
-        help="with an HMAC --hmac-key-file: sign as workers did before signatures were bound to an "
-        "install (a bare HMAC of the hash), to compare such a log",
-    )
-    connection.add_arguments(p, required=False)
-    p.set_defaults(func=cmd)

@@ -43,31 +43,29 @@ class Command:
 
 COMMANDS: tuple[Command, ...] = (
     Command("decide", "answer preemption questions given as case files", "streams.cli.decide"),
-    Command("run", "the whole pipeline on an embedded broker and a simulated cluster", "streams.sim.run"),
+    Command("run", "the whole pipeline on an embedded broker and a simulated cluster", "streams.cli.run"),
+    Command("source", "list+watch a Kubernetes cluster into preemption.cluster-events", "streams.cli.source"),
+    Command("worker", "fold cluster-events and emit decisions (faust app)", "streams.cli.worker"),
     Command(
-        "source", "list+watch a Kubernetes cluster into preemption.cluster-events", "streams.kube.source"
-    ),
-    Command("worker", "fold cluster-events and emit decisions (faust app)", "streams.pipeline.app"),
-    Command(
-        "actuator", "act on preemption decisions (evict, delete or label victims)", "streams.kube.actuator"
+        "actuator", "act on preemption decisions (evict, delete or label victims)", "streams.cli.actuator"
     ),
     Command(
         "replay",
         "re-derive decisions from an event log (JSONL or kafka://) and compare",
-        "streams.audit.replay",
+        "streams.cli.replay",
     ),
     Command(
-        "audit", "verify the decision log's hash chain and signatures; print its head", "streams.audit.verify"
+        "audit", "verify the decision log's hash chain and signatures; print its head", "streams.cli.audit"
     ),
     Command(
         "export",
         "write a topic as JSONL: cluster-events as a trace, decisions/evictions as records",
-        "streams.audit.export",
+        "streams.cli.export",
     ),
     Command(
         "explain",
         "why a pod was (or was not) a victim or preemptor, from the decision records",
-        "streams.audit.explain",
+        "streams.cli.explain",
     ),
     Command("bench", "benchmarks (engine, pipeline)", "streams.cli.bench"),
 )

@@ -32,15 +32,12 @@ and its own outcomes (marked dryRun) apart from the real actuator's.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -48,7 +45,7 @@ from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
 from engine import timeutil
-from schemas import VERSION, chain, cloudevent, names, records, validate
+from schemas import VERSION, chain, cloudevent, decisions, records
 from schemas.records import (
     CLUSTER_EVENTS,
     DEAD_LETTER,
@@ -60,11 +57,10 @@ from schemas.records import (
 )
 from streams.common import health, logs, signing
 from streams.common.backoff import Backoff
-from streams.common.errors import UsageError
-from streams.kafka import acls, connection, deadletter, lag
+from streams.kafka import connection, deadletter
 from streams.kafka import topics as topics_mod
 from streams.kafka.deadletter import Origin
-from streams.kafka.sink import KafkaSink, RecordSink
+from streams.kafka.sink import RecordSink
 from streams.kube import api as kube
 from streams.kube import component, eviction, lease
 from streams.kube.ledger import Ledger, nomination_subject
@@ -73,8 +69,6 @@ from streams.kube.preemptor_events import PreemptorEvents
 log = logging.getLogger(__name__)
 
 ACTIONS = ("delete", "evict", "label")
-# Every decision record is checked against this file (schemas/) before anything else.
-DECISIONS_SCHEMA = "decisions.schema.json"
 # How long one poll waits for decisions before checking the Lease and the stop flag.
 POLL_TIMEOUT_MS = 500
 # Victims of one decision acted on at once: a decision's evictions are independent, so
@@ -274,9 +268,7 @@ def verify(
         record = records.decode(value)
     except records.DecodeError as exc:
         raise MalformedDecision(str(exc)) from exc
-    _require(isinstance(record, dict), "record is not a JSON object")
-    _require(record.get("v") == VERSION, f"unsupported envelope version {_shown(record.get('v'))}")
-    problem = validate.problem(record, validate.load(DECISIONS_SCHEMA))
+    problem = decisions.schema_problem(record)  # what a decision record is: schemas.decisions
     _require(problem is None, str(problem))
     if chain.digest(record["prevHash"], record) != record["hash"]:
         raise TamperedDecision("hash does not match the record's content")
@@ -294,96 +286,9 @@ def verify(
         if signing.verify_with(keys, wanted, record["hash"], sig) is None:
             named = f"key {key_id!r}" if wanted is not None else "any accepted key"
             raise ForgedDecision(f"signature does not verify with {named}")
-    problem = shape_problem(record)  # after the signature: a forged record is refused as such
+    problem = decisions.shape_problem(record)  # after the signature: a forged record is refused as such
     _require(problem is None, str(problem))
     return cast(DecisionRecord, record)
-
-
-def shape_problem(record: dict[str, Any]) -> str | None:
-    """What the actuator relies on beyond the schema, or None: names it puts in API paths are
-    DNS-1123 (a victim named `..` made the client request another URL), strings it logs have
-    no control characters, victims are unique, the fields it reads are of the types it reads."""
-    problem = records.cluster_problem(record["cluster"])
-    if problem:
-        return problem
-    if not _printable(record["id"], MAX_ID_CHARS):
-        return f"id {_shown(record['id'])} is longer than {MAX_ID_CHARS} characters or has control characters"
-    placements: dict[str, Any] = record.get("placements") or {}
-    namespace, slash, name = record["preemptor"].partition("/")
-    group = record.get("flow") == "job" and bool(placements)  # namespace/pod-group: a label value
-    if not (slash and _dns_label(namespace) and (_label_value(name) if group else _dns_subdomain(name))):
-        return f"preemptor {_shown(record['preemptor'])} is not namespace/name"
-    if record["preemptorUid"] and not _uid(record["preemptorUid"]):
-        return f"preemptorUid {_shown(record['preemptorUid'])} is not a uid"
-    if "node" in record and not _dns_subdomain(record["node"]):
-        return f"node {_shown(record['node'])} is not a node name"
-    for member, node in placements.items():
-        if not _pod_ref(member) or not _dns_subdomain(node):
-            return f"placements: {_shown(member)} -> {_shown(node)} is not namespace/name -> node"
-    member_uids = record.get("memberUids")
-    if member_uids is not None:
-        for member, uid in member_uids.items():
-            if not _pod_ref(member) or not _uid(uid):
-                return f"memberUids: {_shown(member)} -> {_shown(uid)} is not namespace/name -> uid"
-    seen: set[str] = set()
-    for i, victim in enumerate(record["victims"]):
-        if not _dns_label(victim["namespace"]) or not _dns_subdomain(victim["name"]):
-            return f"victims[{i}]: {_shown(victim['namespace'])}/{_shown(victim['name'])} is not a pod name"
-        if not _uid(victim["uid"]):
-            return f"victims[{i}].uid {_shown(victim['uid'])} is not a uid"
-        if not _dns_subdomain(victim["node"]):
-            return f"victims[{i}].node {_shown(victim['node'])} is not a node name"
-        if victim["uid"] in seen:
-            return f"victims[{i}]: uid {victim['uid']} named twice"
-        seen.add(victim["uid"])
-    return _explanation_problem(record["explanation"])
-
-
-def _explanation_problem(explanation: dict[str, Any]) -> str | None:
-    """The explanation's members the actuator reads (its Events: streams.kube.preemptor_events)."""
-    members = explanation.get("members")
-    if members is not None and not (isinstance(members, list) and all(_pod_ref(m) for m in members)):
-        return "explanation.members must be a list of namespace/name"
-    reasons = explanation.get("rejectedReasons")
-    if reasons is not None and not (isinstance(reasons, dict) and all(_integer(n) for n in reasons.values())):
-        return "explanation.rejectedReasons must map reasons to counts"
-    for name in ("rejectedCount", "candidateCount"):
-        if explanation.get(name) is not None and not _integer(explanation[name]):
-            return f"explanation.{name} must be an integer"
-    return None
-
-
-# A uid (a UUID from the API server; tests use readable ones): visible ASCII, no spaces.
-_UID = re.compile(r"[!-~]{1,253}\Z")
-MAX_ID_CHARS = 1024
-_dns_label = names.dns_label
-_dns_subdomain = names.dns_subdomain
-_label_value = names.label_value
-
-
-def _uid(value: Any) -> bool:
-    return isinstance(value, str) and _UID.match(value) is not None
-
-
-def _pod_ref(value: Any) -> bool:
-    namespace, slash, name = value.partition("/") if isinstance(value, str) else ("", "", "")
-    return bool(slash) and _dns_label(namespace) and _dns_subdomain(name)
-
-
-def _printable(value: str, limit: int) -> bool:
-    return len(value) <= limit and value.isprintable()
-
-
-def _integer(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _shown(value: Any, chars: int = 80) -> str:
-    """repr(value), cut: a refusal names the value without copying a huge one or a control character."""
-    if isinstance(value, dict | list):
-        return type(value).__name__
-    text = repr(value)
-    return text if len(text) <= chars else text[:chars] + "..."
 
 
 @dataclass(frozen=True)
@@ -767,10 +672,10 @@ class Actuator:
         if message:
             outcome["message"] = message
         event: records.ClusterEvent = {"ts": kube.rfc3339(kube.now()), "type": "OUTCOME", "outcome": outcome}
-        batch: records.ClusterEventBatch = {"v": VERSION, "cluster": self._cluster, "events": [event]}
+        value = records.encode_batch(self._cluster, [event])
         if self._elector is not None:
             self._elector.check()
-        await self._sink.send(self.topics.cluster_events, records.encode(batch), key=self._cluster.encode())
+        await self._sink.send(self.topics.cluster_events, value, key=self._cluster.encode())
 
     async def _nominate(self, decision: DecisionRecord, gate: eviction.Gate) -> tuple[str, str | None]:
         """Check the live preemptor (or every job member) and every victim against it, then
@@ -1129,7 +1034,8 @@ def nested_prefixes(prefix: str, topic_names: Iterable[str]) -> list[str]:
     return sorted(found)
 
 
-async def _warn_nested_prefixes(kafka: connection.KafkaConfig, prefix: str) -> None:
+async def warn_nested_prefixes(kafka: connection.KafkaConfig, prefix: str) -> None:
+    """Log a warning for every other install's topic prefix on the broker that nests with ours."""
     admin = kafka.admin()
     try:
         await connection.start(kafka, admin)
@@ -1227,251 +1133,7 @@ async def read_back(
         await consumer.stop()
 
 
-# ---- command line -------------------------------------------------------------------
-
-# The scheduler profile docs/deploy.md sets up (DefaultPreemption disabled) and the chart's
-# source.schedulerName: a hand-run actuator acts for the same pods as the chart's unless told.
-DEFAULT_SCHEDULER_PROFILE = "preemptctl-scheduler"
-
-ACTUATOR_EXAMPLES = """examples:
-  preemptctl actuator --bootstrap-server kafka:9092 --hmac-keys-dir /etc/preemptctl/signing \\
-      --lease-name preemptctl-actuator --lease-namespace preemptctl --identity "$POD_NAME"
-  preemptctl actuator --bootstrap-server kafka:9092 --scheduler-name batch-scheduler
-  preemptctl actuator --bootstrap-server kafka:9092 --any-scheduler --accept-unsigned --dry-run
-  preemptctl actuator --bootstrap-server kafka:9093 --kafka-config client.properties --dry-run
-"""
-
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser(
-        "actuator",
-        help="act on preemption decisions (evict, delete or label victims)",
-        description="Consume preemption.decisions, nominate each preemptor, act on its victims and "
-        "write one outcome per victim to preemption.evictions.",
-        epilog=ACTUATOR_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    connection.add_arguments(parser)
-    component.add_kubernetes_arguments(parser)
-    parser.add_argument(
-        "--cluster", default=records.DEFAULT_CLUSTER, metavar="NAME", help="act on this cluster's decisions"
-    )
-    parser.add_argument(
-        "--dry-run", action="store_true", help="send dryRun=All on every write; change nothing"
-    )
-    scope = parser.add_mutually_exclusive_group()
-    scope.add_argument(
-        "--scheduler-name",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="act only for preemptors of this scheduler (repeatable; the source's --scheduler-name): "
-        "any other decision is refused, no victim touched (default: "
-        f"{DEFAULT_SCHEDULER_PROFILE}, the profile docs/deploy.md sets up and the chart scopes to)",
-    )
-    scope.add_argument(
-        "--any-scheduler",
-        action="store_true",
-        help="act for every scheduler's preemptors (the source runs without --scheduler-name): "
-        "kube-scheduler's own DefaultPreemption may then preempt for the same pods",
-    )
-    parser.add_argument(
-        "--protected-namespaces",
-        type=_namespaces,
-        default=DEFAULT_PROTECTED_NAMESPACES,
-        metavar="NS[,NS...]",
-        help="never take a victim in these namespaces: a decision naming one is refused whole, no "
-        f"victim touched ('' for none; default {','.join(DEFAULT_PROTECTED_NAMESPACES)})",
-    )
-    parser.add_argument(
-        "--max-victims",
-        type=_positive,
-        default=DEFAULT_MAX_VICTIMS,
-        metavar="N",
-        help=f"refuse a decision naming more victims than this (default {DEFAULT_MAX_VICTIMS})",
-    )
-    parser.add_argument(
-        "--max-decision-age",
-        type=_seconds,
-        default=DEFAULT_MAX_DECISION_AGE_S,
-        metavar="SECONDS",
-        help="refuse a preempt decision whose own ts is older than this against this host's clock, "
-        f"no victim touched (0: no bound; default {DEFAULT_MAX_DECISION_AGE_S:g})",
-    )
-    parser.add_argument(
-        "--fetch-max-wait-ms",
-        type=_fetch_wait,
-        default=FETCH_MAX_WAIT_MS,
-        metavar="MS",
-        help="how long the broker may hold a fetch for decisions not there yet (default "
-        f"{FETCH_MAX_WAIT_MS}: the embedded tansu answers only when it runs out; Apache Kafka answers "
-        "as soon as a decision arrives, so 500 there costs no latency and less idle CPU)",
-    )
-    signing.add_verification_arguments(
-        parser, what="refuse (dead-letter) decisions not signed by an accepted key"
-    )
-    parser.add_argument(
-        "--accept-unsigned",
-        action="store_true",
-        help="without signing keys, act on unsigned decisions (anyone who can write the decisions "
-        "topic then chooses what is evicted); without keys and without this flag the actuator "
-        "does not start",
-    )
-    component.add_lease_arguments(parser, what="act (when several actuators run)")
-    parser.add_argument(
-        "--ledger-file",
-        metavar="F",
-        help="JSON-lines ledger kept across restarts (default: none; the evictions topic is read back)",
-    )
-    parser.add_argument(
-        "--group-id", metavar="G", help="consumer group (default preemptctl-actuator-CLUSTER)"
-    )
-    component.add_runtime_arguments(parser)
-    lag.add_arguments(parser)  # the worker's lag, measured from outside the worker
-    parser.set_defaults(func=cmd_actuator)
-
-
-def _namespaces(value: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in value.split(",") if n.strip())
-    bad = [n for n in names if not _dns_label(n)]
-    if bad:
-        raise argparse.ArgumentTypeError(f"not a namespace name: {bad[0][:80]!r}")
-    return names
-
-
-def _seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if not number >= 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, at least 0, got {value[:40]!r}")
-    return number
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value[:40]!r}")
-    return number
-
-
-def cmd_actuator(args: argparse.Namespace) -> int:
-    component.configure_logging(args, component="actuator")
-    kafka = component.kafka_of(args)
-    layout = component.layout_of(args)
-    keys = signing.keyring_from_args(args)
-    component.check_lease_arguments(args)
-    if keys is None and not args.accept_unsigned:
-        raise UsageError(
-            "no signing keys: pass --signing-keys-dir (Ed25519 public keys) or, in the HMAC "
-            "compatibility mode, --hmac-keys-dir; or --accept-unsigned to act on unsigned decisions"
-        )
-    if keys is None:
-        log.warning(
-            "accepting UNSIGNED decisions (--accept-unsigned): whoever can write %s chooses what is evicted",
-            layout.names.decisions,
-        )
-    elif keys.mode == "hmac":
-        log.warning(
-            "HMAC compatibility mode: every holder of the key can sign decisions; Ed25519 keys "
-            "(--signing-keys-dir) let only the worker sign"
-        )
-    if args.any_scheduler:
-        log.warning(
-            "acting for EVERY scheduler's preemptors (--any-scheduler): kube-scheduler's own "
-            "DefaultPreemption may preempt for the same pods (docs/deploy.md)"
-        )
-    else:
-        log.info("acting only for preemptors of scheduler %s", ", ".join(scope_of(args) or ()))
-    asyncio.run(_serve(args, kafka, keys, layout))
-    return 0
-
-
-def _fetch_wait(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of milliseconds: {text!r}") from None
-    if not 0 <= value <= MAX_FETCH_MAX_WAIT_MS:
-        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_FETCH_MAX_WAIT_MS} ms")
-    return value
-
-
-def scope_of(args: argparse.Namespace) -> tuple[str, ...] | None:
-    """The schedulers whose preemptors the actuator acts for; None for every scheduler."""
-    if args.any_scheduler:
-        return None
-    return tuple(sorted(set(args.scheduler_name or [DEFAULT_SCHEDULER_PROFILE])))
-
-
-async def _serve(
-    args: argparse.Namespace,
-    kafka: connection.KafkaConfig,
-    keys: signing.Keyring | None,
-    layout: topics_mod.Layout,
-) -> None:
-    identity = component.identity(args)
-    group_id = args.group_id or acls.default_actuator_group(args.cluster, dry_run=args.dry_run)
-    api = await component.connect(args)
-    state = health.Health("actuator")
-    try:
-        ledger = Ledger(Path(args.ledger_file) if args.ledger_file else None)
-    except OSError as exc:
-        await api.close()
-        raise UsageError(f"cannot open --ledger-file: {exc}") from exc
-    elector = None
-    if args.lease_name and not args.dry_run:
-        elector = component.elector(args, api, state)
-    elif args.lease_name:
-        log.info("dry run: not taking part in leader election (dry-run writes change nothing)")
-    actions = eviction.Actions(
-        api, dry_run=args.dry_run, identity=identity, guard=elector.check if elector else lambda: None
-    )
-    try:
-        async with health.HealthServer(state, host=args.health_host, port=args.health_port):
-            await component.prepare_broker(kafka, create_topics=not args.no_create_topics, layout=layout)
-            async with KafkaSink(kafka, client_id=f"preemptctl-actuator-{identity}") as sink:
-                announcer = PreemptorEvents(
-                    api,
-                    identity=identity,
-                    dry_run=args.dry_run,
-                    guard=elector.check if elector else lambda: None,
-                )
-                actuator = Actuator(
-                    actions,
-                    sink,
-                    ledger,
-                    cluster=args.cluster,
-                    keys=keys,
-                    elector=elector,
-                    scope=scope_of(args),
-                    topics=Topics.of(layout.names),
-                    preemptor_events=announcer,
-                    protected_namespaces=args.protected_namespaces,
-                    max_victims=args.max_victims,
-                    freshness=Freshness(max_age_s=args.max_decision_age or None),
-                    fetch_max_wait_ms=args.fetch_max_wait_ms,
-                )
-                actuator.health = state
-                await _warn_nested_prefixes(kafka, layout.names.prefix)
-                lagging = lag.start(kafka, args, topic=layout.names.cluster_events)
-                try:
-                    await _run(actuator, state, kafka, group_id=group_id, elector=elector)
-                finally:
-                    if lagging is not None:
-                        lagging.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await lagging
-    finally:
-        ledger.close()
-        await api.close()
-
-
-async def _run(
+async def serve(
     actuator: Actuator,
     state: health.Health,
     kafka: connection.KafkaConfig,
@@ -1479,7 +1141,8 @@ async def _run(
     group_id: str,
     elector: lease.LeaseElector | None,
 ) -> None:
-    """Recover, become ready, then consume until SIGTERM (holding the Lease meanwhile)."""
+    """Recover, become ready, then consume until SIGTERM (holding the Lease meanwhile): the
+    actuator process once its parts are built (`preemptctl actuator`, streams.cli.actuator)."""
     recovered = await read_back(kafka, actuator)
     log.info("%d outcomes read back from %s", recovered, actuator.topics.evictions)
     state.set_ready(actuator.accepting())

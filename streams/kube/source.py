@@ -8,7 +8,10 @@ This module owns the cluster's event log as the API server shows it:
   ADDED for every listed object, then DELETED tombstones for objects that
   vanished while it was not watching; object events as the watches deliver them;
   TICKs so the log's clock advances while the cluster is quiet;
-- batching events into records keyed by cluster name (`Publisher`).
+- who writes the log: one source per cluster, the Lease's holder.
+The list+watch protocol itself (pages, resourceVersions, bookmarks, 410 Gone, a watch's
+lines) is streams.kube.watching's; batching events into records keyed by cluster name
+and writing them is streams.kube.publisher's (`Publisher`).
 
 Kubernetes edge cases, each handled here and only here:
 - Each stream's watch opens as soon as that stream is listed, from the list's
@@ -18,17 +21,13 @@ Kubernetes edge cases, each handled here and only here:
   watches deliver while later kinds are still being listed are held (in a queue
   bounded by QUEUE_MAX_EVENTS) and written once the relist's ADDED run and its
   tombstones are, so RESYNC's framing holds.
-- 410 Gone / Expired (an HTTP status or an ERROR watch event): the history a
-  watch needs is compacted, so every watch stops and everything is relisted.
+- 410 Gone / Expired (watching.Expired): the history a watch needs is compacted,
+  so every watch stops and everything is relisted.
   One cluster-wide relist keeps RESYNC's contract simple: objects not re-listed
   before the next non-ADDED event are gone. Nothing else (no TICK, no watch
   event) is written between a RESYNC and the end of its ADDED run.
-- BOOKMARK events carry only a newer resourceVersion: remember it, write nothing.
-  Bookmarks keep a quiet watch's version fresh, so restarts rarely meet a 410.
-- A watch the server ends (timeoutSeconds) resumes from the last version seen.
 - A list page that fails (an expired continue token included) restarts that
   list; ADDED events already written are harmless duplicates (folding is idempotent).
-- List items carry no kind/apiVersion (only the List does): the source sets them.
 - Tombstones carry the relist's resourceVersion, newer than anything seen before,
   so an idempotent fold (engine.cluster) does not discard them as stale.
 - ElasticQuotas are watched only while discovery serves their group version;
@@ -48,35 +47,38 @@ Kubernetes edge cases, each handled here and only here:
   labels by the thousand; the producer would refuse it for good and, retried, it
   would hold back the whole log): its deletion is written as its tombstone;
   anything else is left out, logged as an error and counted.
-- A watch that ends at once with nothing in it is retried with backoff (SHORT_WATCH_S).
 - Any other API error: exponential backoff (streams.common.backoff), then the same step again.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import aiohttp
-import orjson
 from kubernetes_asyncio import client
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter
 
 from engine import projection
-from schemas import VERSION, records
+from schemas import records
 from schemas.records import CLUSTER_EVENTS
 from streams.common import health
 from streams.common.backoff import Backoff
-from streams.common.errors import UsageError
-from streams.kafka import connection, topics
-from streams.kafka.sink import PRODUCER_MAX_REQUEST_BYTES, KafkaSink, RecordSink
+from streams.kafka.sink import RecordSink
 from streams.kube import api as kube
-from streams.kube import component, lease
+from streams.kube import lease, watching
+from streams.kube.publisher import (
+    MAX_EVENT_BYTES,
+    MAX_RECORD_BYTES,
+    QUEUE_MAX_EVENTS,
+    EventTooLarge,
+    Publisher,
+)
+from streams.kube.watching import Resource, Stream
 
 log = logging.getLogger(__name__)
 
@@ -89,30 +91,6 @@ DEFAULT_SCHEDULER = "default-scheduler"
 # kube-scheduler's initial pod backoff, so a pending preemptor due again is decided
 # again within a second of it; it costs ~86k tiny records a day per cluster.
 DEFAULT_TICK_SECONDS = 1.0
-# A record holds at most this much event JSON (docs/topics.md: ~1 MiB), well under the
-# topic's max.message.bytes; a single larger object still goes alone.
-MAX_RECORD_BYTES = 1024 * 1024
-# One event alone must fit in a record the producer accepts (PRODUCER_MAX_REQUEST_BYTES),
-# with room for the record's envelope, key, headers and batch overhead. A larger record is
-# refused for good, and retrying it would hold back every event after it forever.
-MAX_EVENT_BYTES = PRODUCER_MAX_REQUEST_BYTES - 64 * 1024
-# Events waiting for the producer; a full queue pauses the watches (backpressure)
-# instead of growing memory while Kafka is slow or away.
-QUEUE_MAX_EVENTS = 10_000
-# Objects per list page: client-go's informer page size. Smaller pages cost round
-# trips; larger ones hold more of a 150k-pod cluster in memory at once.
-LIST_PAGE_SIZE = 500
-# Server-side watch timeout. The API server ends a watch after it anyway (its
-# default is a random 30-60 min); ending it ourselves bounds how long a silently
-# broken connection can go unnoticed.
-WATCH_TIMEOUT_S = 300
-# The client gives the server this long past timeoutSeconds before it calls the
-# connection dead (bookmarks arrive about once a minute on an idle watch).
-WATCH_READ_MARGIN_S = 30.0
-# A watch the server (or a proxy, a load balancer) ends within this long having delivered
-# nothing, not even a bookmark, is a fault, not a timeout: resumed at once, it would loop as
-# fast as the server answers. client-go's reflector calls it a "very short watch" and backs off.
-SHORT_WATCH_S = 1.0
 # How often the source asks discovery whether the ElasticQuota CRD appeared.
 CRD_RECHECK_S = 60.0
 # A relist needed again within this long of the previous one waits a backoff first:
@@ -123,20 +101,6 @@ RESYNC_STABLE_S = 60.0
 SHUTDOWN_FLUSH_TIMEOUT_S = 10.0
 
 EVENTS = Counter("preemptctl_source_events_total", "Events written to the log.", ["kind", "type"])
-RECORDS = Counter("preemptctl_source_records_total", "Records written to preemption.cluster-events.")
-RECORD_BYTES = Histogram(
-    "preemptctl_source_record_size_bytes",
-    "Size of each cluster-events record.",
-    buckets=(512, 4096, 16384, 65536, 262144, 524288, 1048576, 2097152),
-)
-RECORD_EVENTS = Histogram(
-    "preemptctl_source_record_events",
-    "Events per cluster-events record.",
-    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000),
-)
-SEND_SECONDS = Histogram("preemptctl_source_send_duration_seconds", "Time to write one record to Kafka.")
-SEND_ERRORS = Counter("preemptctl_source_send_errors_total", "Failed record writes (retried).")
-QUEUED = Gauge("preemptctl_source_queued_events", "Events waiting to be written.")
 RESYNCS = Counter("preemptctl_source_resyncs_total", "Relists of the whole cluster.", ["reason"])
 TOMBSTONES = Counter("preemptctl_source_tombstones_total", "Objects found gone on a relist.", ["kind"])
 OVERSIZED = Counter(
@@ -151,29 +115,6 @@ API_ERRORS = Counter(
 
 
 # ---- what is watched --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Resource:
-    kind: str
-    group: str
-    version: str
-    plural: str
-    namespaced: bool
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def group_version_path(self) -> str:
-        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-
-    def path(self, namespace: str | None) -> str:
-        if namespace is not None:
-            return f"{self.group_version_path}/namespaces/{namespace}/{self.plural}"
-        return f"{self.group_version_path}/{self.plural}"
-
 
 PODS = Resource("Pod", "", "v1", "pods", namespaced=True)
 NODES = Resource("Node", "", "v1", "nodes", namespaced=False)
@@ -235,27 +176,6 @@ class Scope:
         return None if self.scheduler_name is None else {"schedulerNames": [self.scheduler_name]}
 
 
-@dataclass
-class Stream:
-    """One list+watch: a resource in one namespace (or cluster-wide), and its last version."""
-
-    resource: Resource
-    namespace: str | None = None
-    label_selector: str | None = None
-    version: str = ""
-
-    @property
-    def path(self) -> str:
-        return self.resource.path(self.namespace)
-
-    @property
-    def name(self) -> str:
-        return f"{self.resource.plural}" + (f"@{self.namespace}" if self.namespace else "")
-
-    def selector_query(self) -> list[tuple[str, str]]:
-        return [("labelSelector", self.label_selector)] if self.label_selector else []
-
-
 @dataclass(frozen=True)
 class _Held:
     """What the log holds of one object: enough to write its tombstone."""
@@ -281,14 +201,6 @@ def _identity(resource: Resource, obj: dict[str, Any]) -> Key:
     return resource.kind, str(meta.get("name"))
 
 
-class ShortWatch(Exception):
-    """A watch that ended at once with nothing in it (see SHORT_WATCH_S): retried with backoff."""
-
-
-class EventTooLarge(Exception):
-    """One event larger than MAX_EVENT_BYTES: no record could carry it."""
-
-
 class Resync(Exception):
     """Raised by a watch that cannot continue: everything must be relisted.
 
@@ -304,123 +216,6 @@ class Resync(Exception):
 RESYNC_REASONS = ("start", "expired", "crd-installed", "crd-removed", "leader")
 
 
-# ---- the log's writer -------------------------------------------------------------
-
-# On every record: its objects are engine.projection's of this very allow-list (every event
-# goes through Source._emit, or is a tombstone of identity fields only), so the worker need
-# not project them again (docs/topics.md, "What the worker keeps").
-PROJECTED = ((projection.HEADER, projection.HEADER_VALUE),)
-
-
-class Publisher:
-    """Batches events into cluster-events records, in order, and writes them through a sink.
-
-    A record holds every event that arrived while the previous one was being
-    written, up to MAX_RECORD_BYTES: one event per record when idle, hundreds
-    under load, with no artificial delay (the write itself is the linger).
-    """
-
-    def __init__(
-        self,
-        sink: RecordSink,
-        *,
-        cluster: str,
-        topic: str = CLUSTER_EVENTS,
-        max_record_bytes: int = MAX_RECORD_BYTES,
-        max_event_bytes: int = MAX_EVENT_BYTES,
-        queue_size: int = QUEUE_MAX_EVENTS,
-        backoff: Callable[[], Backoff] = Backoff,
-        guard: Callable[[], None] = lambda: None,
-    ) -> None:
-        self._sink = sink
-        self._guard = guard
-        self._topic = topic
-        self._key = cluster.encode()
-        self._head = (
-            b'{"v":' + str(VERSION).encode() + b',"cluster":' + orjson.dumps(cluster) + b',"events":['
-        )
-        self._max = max_record_bytes
-        self._max_event = max_event_bytes
-        self._queue: asyncio.Queue[bytes] = asyncio.Queue(queue_size)
-        self._carry: bytes | None = None
-        self._backoff = backoff
-        # Set when the Lease check refused a record: the log has a gap from then on. Every later
-        # record is dropped too (events after a gap must not look continuous) until `discard()`,
-        # which the source calls once it has stopped following, before it relists.
-        self.fenced = asyncio.Event()
-
-    async def put(self, event: dict[str, Any]) -> None:
-        """Queue one event; EventTooLarge (nothing queued) when no record could carry it."""
-        value = orjson.dumps(event)
-        if len(value) > self._max_event:
-            raise EventTooLarge(f"{len(value)} bytes, more than {self._max_event}")
-        await self._queue.put(value)
-        QUEUED.set(self._queue.qsize())
-
-    async def flush(self) -> None:
-        """Return once every event put so far is written."""
-        await self._queue.join()
-
-    def discard(self) -> int:
-        """Drop every event not written yet (the Lease was lost, or a write was refused) and clear
-        `fenced`; returns how many were dropped. The caller relists next: RESYNC restates the cluster."""
-        self.fenced.clear()
-        dropped = 0
-        if self._carry is not None:
-            self._carry = None
-            dropped += 1
-            self._queue.task_done()
-        while self._queue.qsize():
-            self._queue.get_nowait()
-            self._queue.task_done()
-            dropped += 1
-        QUEUED.set(0)
-        return dropped
-
-    def _take(self, first: bytes) -> list[bytes]:
-        parts, size = [first], len(first)
-        while self._queue.qsize():
-            nxt = self._queue.get_nowait()
-            if size + len(nxt) + 1 > self._max:
-                self._carry = nxt
-                break
-            parts.append(nxt)
-            size += len(nxt) + 1
-        return parts
-
-    async def run(self) -> None:
-        """Write records until cancelled; a failed write is retried (in order) until it succeeds."""
-        while True:
-            first, self._carry = (self._carry, None) if self._carry else (await self._queue.get(), None)
-            parts = self._take(first)
-            value = self._head + b",".join(parts) + b"]}"
-            backoff = self._backoff()
-            while not self.fenced.is_set():
-                try:
-                    self._guard()  # one writer per log: never after the Lease has passed on
-                    with SEND_SECONDS.time():
-                        await self._sink.send(self._topic, value, key=self._key, headers=PROJECTED)
-                    RECORDS.inc()
-                    RECORD_BYTES.observe(len(value))
-                    RECORD_EVENTS.observe(len(parts))
-                    break
-                except lease.NotLeader as exc:
-                    # Dropped, and so is everything after it until the source relists: whoever
-                    # writes next (this source, once renewed, or another) starts with RESYNC. A
-                    # renewal may well land before the Lease is lost, so the drop itself must
-                    # trigger the relist (Source._deposed), not only a lost Lease.
-                    log.warning("not writing %d events, relisting: %s", len(parts), exc)
-                    self.fenced.set()
-                except Exception as exc:  # any producer failure: the record must still go, in order
-                    SEND_ERRORS.inc()
-                    delay = backoff.delay()
-                    log.warning("writing %d events failed (%s); retrying in %.1fs", len(parts), exc, delay)
-                    await asyncio.sleep(delay)
-            for _ in parts:
-                self._queue.task_done()
-            QUEUED.set(self._queue.qsize())
-
-
 class _Clock:
     """Event timestamps: wall-clock time, never going backwards (docs/architecture.md §3)."""
 
@@ -434,20 +229,6 @@ class _Clock:
             moment = self._last  # a clock stepped back (NTP) must not move the log's "now" back
         self._last = moment
         return kube.rfc3339(moment)
-
-
-async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    """JSON lines of a watch stream, of any length (aiohttp's readline caps line size)."""
-    buffer = bytearray()
-    async for chunk in response.content.iter_any():
-        buffer += chunk
-        while (end := buffer.find(b"\n")) >= 0:
-            line = bytes(buffer[:end])
-            del buffer[: end + 1]
-            if line.strip():
-                yield line
-    if buffer.strip():
-        yield bytes(buffer)
 
 
 # ---- the source -------------------------------------------------------------------
@@ -468,8 +249,8 @@ class Source:
         tick_seconds: float = DEFAULT_TICK_SECONDS,
         health_state: health.Health | None = None,
         backoff: Callable[[], Backoff] = Backoff,
-        watch_timeout_s: int = WATCH_TIMEOUT_S,
-        page_size: int = LIST_PAGE_SIZE,
+        watch_timeout_s: int = watching.WATCH_TIMEOUT_S,
+        page_size: int = watching.LIST_PAGE_SIZE,
         crd_recheck_s: float = CRD_RECHECK_S,
         max_record_bytes: int = MAX_RECORD_BYTES,
         max_event_bytes: int = MAX_EVENT_BYTES,
@@ -537,7 +318,10 @@ class Source:
             if self._health is not None:
                 self._health.set_ready(False)
 
+    # ---- leadership: one writer per cluster log ---------------------------------------
+
     async def _main(self) -> None:
+        """Lead (relist and follow) while holding the Lease; without one, always."""
         if self._elector is None:
             await self._lead("start")
             return
@@ -640,10 +424,6 @@ class Source:
         log.error("%s is too large for a record even projected (%s): its %s event is left out of the log",
                   where, exc, event["type"])  # fmt: skip
 
-    def _stamp(self, resource: Resource, obj: dict[str, Any]) -> None:
-        obj.setdefault("kind", resource.kind)
-        obj.setdefault("apiVersion", resource.api_version)
-
     def _hold(self, resource: Resource, key: Key, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         self._held[key] = _Held(
@@ -652,7 +432,6 @@ class Source:
 
     async def _observe(self, resource: Resource, event_type: str, obj: dict[str, Any]) -> None:
         """One watch event into the log, through the scope's gate."""
-        self._stamp(resource, obj)
         key = _identity(resource, obj)
         if event_type == "DELETED":
             if self._held.pop(key, None) is not None:  # never written, nothing to delete
@@ -681,17 +460,8 @@ class Source:
         return streams
 
     async def _quotas_available(self) -> bool:
-        """Does discovery serve elasticquotas? (Discovery needs no RBAC beyond being authenticated.)"""
-        response = await kube.raw_request(self._api, ELASTIC_QUOTAS.group_version_path)
-        try:
-            if response.status == 404:
-                return False
-            if response.status != 200:
-                raise await kube.error_from_response(response)
-            body = orjson.loads(await response.read())
-        finally:
-            response.release()
-        return any(r.get("name") == ELASTIC_QUOTAS.plural for r in body.get("resources") or ())
+        """Does discovery serve elasticquotas?"""
+        return await watching.served(self._api, ELASTIC_QUOTAS)
 
     async def _cycle(self, reason: str) -> str:
         """RESYNC, ADDED for every object listed, DELETED for every object held but not listed; then follow.
@@ -706,7 +476,7 @@ class Source:
             try:
                 self._quotas_served = await self._quotas_available()
                 break
-            except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            except watching.ERRORS as exc:
                 await self._failed("discovery", exc, backoff)
         self._streams = self._plan()
         arrived: Arrivals = asyncio.Queue(QUEUE_MAX_EVENTS)
@@ -723,7 +493,7 @@ class Source:
                             listed |= await self._list(stream)
                             versions[stream.resource.kind, stream.namespace] = stream.version
                             break
-                        except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                        except watching.ERRORS as exc:
                             await self._failed(stream.name, exc, backoff)
                     # The next list waits until this watch is open (or failed once), so no
                     # stream's version ages while the others are listed.
@@ -771,33 +541,14 @@ class Source:
     async def _list(self, stream: Stream) -> set[Key]:
         """List one stream page by page, writing ADDED as pages arrive; set its version."""
         listed: set[Key] = set()
-        token = ""
-        version = ""
-        while True:
-            query = [("limit", str(self._page_size)), *stream.selector_query()]
-            if token:
-                query.append(("continue", token))
-            response = await kube.raw_request(self._api, stream.path, query=query)
-            try:
-                if response.status != 200:
-                    raise await kube.error_from_response(response)
-                body = orjson.loads(await response.read())
-            finally:
-                response.release()
-            meta = body.get("metadata") or {}
-            # A paginated list is one snapshot: the first page's version is the list's.
-            version = version or str(meta.get("resourceVersion") or "")
-            for obj in body.get("items") or ():
-                self._stamp(stream.resource, obj)
+        objects = watching.list_objects(self._api, stream, page_size=self._page_size)
+        async with contextlib.aclosing(objects):
+            async for obj in objects:
                 key = _identity(stream.resource, obj)
                 if key in self._held or self.scope.admits(stream.resource, obj):
                     self._hold(stream.resource, key, obj)
                     listed.add(key)
                     await self._emit("ADDED", obj)
-            token = str(meta.get("continue") or "")
-            if not token:
-                break
-        stream.version = version
         return listed
 
     async def _failed(self, what: str, exc: BaseException, backoff: Backoff) -> None:
@@ -819,178 +570,31 @@ class Source:
             try:
                 if await self._quotas_available():
                     raise Resync("crd-installed", "ElasticQuota CRD installed")
-            except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            except watching.ERRORS as exc:
                 API_ERRORS.labels("discovery", kube.reason_of(exc)).inc()
 
     async def _watch(self, stream: Stream, arrived: Arrivals, opened: asyncio.Event) -> None:
         """Follow one stream, resuming after each watch ends; `opened` is set once it first answers."""
-        backoff = self._backoff()
-        loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            try:
-                delivered = await self._watch_once(stream, backoff, arrived, opened)
-            except (kube.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                opened.set()  # the relist goes on; this watch retries on its own
-                status = kube.status_of(exc)
-                if status == 410:
-                    raise Resync("expired", f"{stream.name}: 410 Gone") from exc
-                if status == 404 and stream.resource is ELASTIC_QUOTAS:
-                    raise Resync("crd-removed", "ElasticQuota CRD removed") from exc
-                await self._failed(stream.name, exc, backoff)
-                continue
-            if not delivered and loop.time() - started < SHORT_WATCH_S:
-                await self._failed(
-                    stream.name, ShortWatch(f"ended after {loop.time() - started:.2f}s, empty"), backoff
-                )
 
-    async def _watch_once(
-        self,
-        stream: Stream,
-        backoff: Backoff,
-        arrived: Arrivals,
-        opened: asyncio.Event,
-    ) -> int:
-        """One watch request, until the server ends it; returns how many events it delivered."""
-        delivered = 0
-        query = [
-            ("watch", "true"),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", str(self._watch_timeout_s)),
-            ("resourceVersion", stream.version),
-            *stream.selector_query(),
-        ]
-        timeout = aiohttp.ClientTimeout(
-            total=None,
-            sock_connect=kube.CONNECT_TIMEOUT_S,
-            sock_read=self._watch_timeout_s + WATCH_READ_MARGIN_S,
-        )
-        response = await kube.raw_request(self._api, stream.path, query=query, timeout=timeout)
+        async def deliver(event_type: str, obj: dict[str, Any]) -> None:
+            # A full queue pauses this watch (backpressure) rather than growing memory.
+            await arrived.put((stream.resource, event_type, obj))
+
         try:
-            if response.status != 200:
-                raise await kube.error_from_response(response)
-            opened.set()
-            async for line in _lines(response):
-                event = orjson.loads(line)
-                event_type, obj = event.get("type"), event.get("object")
-                if event_type == "ERROR":
-                    raise kube.ApiError.from_status(obj)
-                if not isinstance(obj, dict):
-                    raise ValueError(f"watch event without an object: {line[:200]!r}")
-                version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-                if event_type in ("ADDED", "MODIFIED", "DELETED"):
-                    # A full queue pauses this watch (backpressure) rather than growing memory.
-                    await arrived.put((stream.resource, event_type, obj))
-                elif event_type != "BOOKMARK":
-                    log.warning("%s: ignoring watch event of type %r", stream.name, event_type)
-                if version:
-                    stream.version = version
-                backoff.reset()
-                delivered += 1
-        finally:
-            response.close()
-        return delivered
+            await watching.follow(
+                self._api,
+                stream,
+                deliver,
+                opened=opened,
+                backoff=self._backoff(),
+                failed=self._watch_failed,
+                timeout_s=self._watch_timeout_s,
+            )
+        except watching.Expired as exc:
+            raise Resync("expired", str(exc)) from exc
 
-
-# ---- command line -----------------------------------------------------------------
-
-SOURCE_EXAMPLES = """examples:
-  preemptctl source --bootstrap-server kafka:9092
-  preemptctl source --bootstrap-server kafka:9092 --kubeconfig ~/.kube/config --cluster prod-eu1
-  preemptctl source --bootstrap-server kafka-0.kafka:9093 --kafka-config /etc/preemptctl/client.properties
-  preemptctl source --bootstrap-server kafka:9092 --namespace team-a --namespace team-b \\
-      --scheduler-name batch-scheduler          beside kube-scheduler: only batch-scheduler's pending pods
-"""
-
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser(
-        "source",
-        help="list+watch a Kubernetes cluster into preemption.cluster-events",
-        description="Watch Pods, Nodes, PriorityClasses, PodDisruptionBudgets and ElasticQuotas "
-        "and write their events, batched, to the cluster-events topic.",
-        epilog=SOURCE_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    connection.add_arguments(parser)
-    component.add_kubernetes_arguments(parser)
-    parser.add_argument(
-        "--cluster", default=DEFAULT_CLUSTER, metavar="NAME", help="cluster name: the record key (default)"
-    )
-    parser.add_argument(
-        "--namespace",
-        action="append",
-        default=[],
-        metavar="NS",
-        help="watch namespaced kinds only here (repeatable or comma-separated; default all)",
-    )
-    parser.add_argument("--label-selector", metavar="S", help="server-side label selector for pods")
-    parser.add_argument(
-        "--scheduler-name",
-        metavar="NAME",
-        help="decide only for this scheduler's pods (recorded in the log for the worker); leave out "
-        "pending pods of other schedulers (bound and nominated pods are always written)",
-    )
-    component.add_lease_arguments(parser, what="write the cluster's log (one source per cluster)")
-    parser.add_argument(
-        "--tick-seconds",
-        type=_positive_float,
-        default=DEFAULT_TICK_SECONDS,
-        metavar="N",
-        help=f"write a TICK every N seconds (default {DEFAULT_TICK_SECONDS:g})",
-    )
-    component.add_runtime_arguments(parser)
-    parser.set_defaults(func=cmd_source)
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def cmd_source(args: argparse.Namespace) -> int:
-    component.configure_logging(args, component="source")
-    problem = records.cluster_problem(args.cluster)  # the worker would dead-letter every record
-    if problem:
-        raise UsageError(f"--cluster: {problem}")
-    kafka = component.kafka_of(args)
-    component.check_lease_arguments(args)
-    namespaces = tuple(
-        dict.fromkeys(ns.strip() for arg in args.namespace for ns in arg.split(",") if ns.strip())
-    )
-    scope = Scope(
-        cluster=args.cluster,
-        namespaces=namespaces,
-        label_selector=args.label_selector,
-        scheduler_name=args.scheduler_name,
-    )
-    layout = component.layout_of(args)
-    asyncio.run(_serve(args, kafka, scope, layout))
-    return 0
-
-
-async def _serve(
-    args: argparse.Namespace, kafka: connection.KafkaConfig, scope: Scope, layout: topics.Layout
-) -> None:
-    api = await component.connect(args)
-    state = health.Health("source")
-    try:
-        async with health.HealthServer(state, host=args.health_host, port=args.health_port):
-            await component.prepare_broker(kafka, create_topics=not args.no_create_topics, layout=layout)
-            async with KafkaSink(kafka, client_id=f"preemptctl-source-{scope.cluster}") as sink:
-                elector = component.elector(args, api, state)
-                source = Source(
-                    api,
-                    sink,
-                    scope=scope,
-                    tick_seconds=args.tick_seconds,
-                    health_state=state,
-                    elector=elector,
-                    topic=layout.names.cluster_events,
-                )
-                component.stop_on_signals(source.stop)
-                await source.run()
-    finally:
-        await api.close()
+    async def _watch_failed(self, stream: Stream, exc: BaseException, backoff: Backoff) -> None:
+        """A failed watch waits its backoff, unless the ElasticQuota CRD is gone (404): then relist."""
+        if kube.status_of(exc) == 404 and stream.resource is ELASTIC_QUOTAS:
+            raise Resync("crd-removed", "ElasticQuota CRD removed") from exc
+        await self._failed(stream.name, exc, backoff)

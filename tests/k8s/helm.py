@@ -32,8 +32,9 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from schemas import chain
+from streams.cli import actuator as actuator_cli
+from streams.cli import source as source_cli
 from streams.kafka import connection
-from streams.kube import actuator, source
 from testbed import cluster
 from tests.support import tools
 
@@ -137,11 +138,11 @@ def container(deployment: dict[str, Any]) -> dict[str, Any]:
 def cli() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="preemptctl")
     sub = top.add_subparsers(dest="command")
-    source.register(sub)
-    actuator.register(sub)
-    worker = importlib.util.find_spec("streams.pipeline.app")
+    source_cli.register(sub)
+    actuator_cli.register(sub)
+    worker = importlib.util.find_spec("streams.cli.worker")
     if worker is not None:  # the worker's command line, where it exists
-        importlib.import_module("streams.pipeline.app").register(sub)
+        importlib.import_module("streams.cli.worker").register(sub)
     return top
 
 

@@ -21,6 +21,7 @@ from kubernetes_asyncio import client
 from engine import timeutil
 from schemas import chain
 from schemas.records import VictimRecord
+from streams.cli import actuator as actuator_cli
 from streams.kafka import topics as kafka_topics
 from streams.kafka.sink import MemorySink
 from streams.kube import actuator, eviction
@@ -400,7 +401,7 @@ async def test_a_decision_seen_later_is_not_superseded_by_a_forgery(
 
 def test_the_command_line_bounds_the_age() -> None:
     parser = argparse.ArgumentParser()
-    actuator.register(parser.add_subparsers())
+    actuator_cli.register(parser.add_subparsers())
     args = parser.parse_args(["actuator"])
     assert args.max_decision_age == actuator.DEFAULT_MAX_DECISION_AGE_S == 300
     assert parser.parse_args(["actuator", "--max-decision-age", "0"]).max_decision_age == 0

@@ -12,6 +12,7 @@ from kubernetes_asyncio import client
 
 from schemas import chain
 from streams.audit import verify as audit
+from streams.cli import actuator as actuator_cli
 from streams.common import signing
 from streams.common.errors import UsageError
 from streams.kafka.sink import MemorySink
@@ -125,9 +126,9 @@ def test_key_files_must_be_of_their_mode(tmp_path: Path) -> None:
 
 def test_the_command_refuses_to_run_without_keys_unless_told() -> None:
     parser = argparse.ArgumentParser()
-    actuator.register(parser.add_subparsers())
+    actuator_cli.register(parser.add_subparsers())
     with pytest.raises(UsageError, match="--accept-unsigned"):
-        actuator.cmd_actuator(parser.parse_args(["actuator", "--bootstrap-server", "k:1"]))
+        actuator_cli.cmd_actuator(parser.parse_args(["actuator", "--bootstrap-server", "k:1"]))
     assert parser.parse_args(["actuator", "--accept-unsigned"]).accept_unsigned
 
 

@@ -31,8 +31,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from kubernetes_asyncio import client
 
-from schemas import chain, validate
+from schemas import chain, decisions, validate
 from schemas.records import VictimRecord
+from streams.cli import actuator as actuator_cli
 from streams.kafka.deadletter import Origin
 from streams.kafka.sink import MemorySink
 from streams.kube import actuator, api, eviction
@@ -255,7 +256,7 @@ async def test_protected_namespaces_and_the_victim_cap_refuse_before_any_call(
 def test_the_command_line_sets_the_limits() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
-    actuator.register(sub)
+    actuator_cli.register(sub)
     args = parser.parse_args(["actuator"])
     assert (args.protected_namespaces, args.max_victims) == (("kube-system",), 100)
     args = parser.parse_args(
@@ -558,7 +559,7 @@ async def _never_stops(kind: str, mutations: list[tuple[tuple[Any, ...], str, An
             event(
                 "dead-lettered" if dead else "wrote to a victim" if acted else "nothing written to a victim"
             )
-            schema_ok = validate.problem(record, validate.load(actuator.DECISIONS_SCHEMA)) is None
+            schema_ok = validate.problem(record, validate.load(decisions.SCHEMA)) is None
             if not schema_ok:
                 assert dead and not pod_writes(fake), "a record off the schema is dead-lettered unread"
             for method, name, subresource in pod_writes(fake):

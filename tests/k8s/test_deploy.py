@@ -27,6 +27,7 @@ import jsonschema
 import pytest
 import yaml
 
+from streams.cli import actuator as actuator_cli
 from streams.kube import actuator, source
 from tests.k8s.helm import (
     CHART,
@@ -430,7 +431,7 @@ def test_deployments_run_the_right_component_with_probes(chart_values: dict[str,
     assert cli().parse_args(container(deployments["actuator"])["args"]).scheduler_name == (
         [scope] if scope else []
     )
-    assert actuator.scope_of(act) == ((scope,) if scope else None)
+    assert actuator_cli.scope_of(act) == ((scope,) if scope else None)
     assert (act.lease_name, act.lease_namespace, act.identity) == (
         f"{prefix}-actuator",
         "preemption",
@@ -484,12 +485,12 @@ def test_the_source_is_scoped_to_the_documented_scheduler_profile() -> None:
     assert DEFAULTS["source"]["schedulerName"] == ours["schedulerName"]
     # A hand-run actuator's default is the same profile: an upgrade that leaves the flag out
     # does not start acting for kube-scheduler's own pods.
-    assert actuator.scope_of(cli().parse_args(["actuator"])) == (ours["schedulerName"],)
+    assert actuator_cli.scope_of(cli().parse_args(["actuator"])) == (ours["schedulerName"],)
     everyone = manifests(values(source__schedulerName=""))
     args = cli().parse_args(container(by_kind(everyone, "Deployment")["pc-source"])["args"])
     assert args.scheduler_name is None
     act = cli().parse_args(container(by_kind(everyone, "StatefulSet")["pc-actuator"])["args"])
-    assert actuator.scope_of(act) is None  # the source feeds every scheduler: so is the actuator
+    assert actuator_cli.scope_of(act) is None  # the source feeds every scheduler: so is the actuator
 
 
 def _notes(chart_values: dict[str, Any]) -> str:

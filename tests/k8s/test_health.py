@@ -10,11 +10,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from streams.cli import actuator as actuator_cli
 from streams.cli import main
+from streams.cli import source as source_cli
 from streams.common import health
 from streams.common.errors import UsageError
-from streams.kube import actuator, component, lease, source
 from streams.kube import api as kube
+from streams.kube import component, lease
 
 
 async def test_probes_and_metrics() -> None:
@@ -50,8 +52,8 @@ async def test_probes_and_metrics() -> None:
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="preemptctl")
     sub = top.add_subparsers(dest="command")
-    source.register(sub)
-    actuator.register(sub)
+    source_cli.register(sub)
+    actuator_cli.register(sub)
     return top
 
 
@@ -61,7 +63,7 @@ def test_source_command_line() -> None:
          "--label-selector", "tier=batch", "--scheduler-name", "batch", "--tick-seconds", "2",
          "--cluster", "eu1", "--kubeconfig", "/kube/config", "--health-port", "0"]
     )  # fmt: skip
-    assert args.func is source.cmd_source
+    assert args.func is source_cli.cmd_source
     assert (args.namespace, args.label_selector, args.scheduler_name) == (["a,b", "c"], "tier=batch", "batch")
     assert (args.tick_seconds, args.cluster, args.kubeconfig, args.health_port) == (
         2.0,
@@ -70,7 +72,7 @@ def test_source_command_line() -> None:
         0,
     )
     with pytest.raises(UsageError, match="expected kafka://host:port"):
-        source.cmd_source(parser().parse_args(["source", "--broker", "localhost:9092"]))
+        source_cli.cmd_source(parser().parse_args(["source", "--broker", "localhost:9092"]))
     with pytest.raises(SystemExit):
         parser().parse_args(["source", "--broker", "kafka://k:9092", "--tick-seconds", "0"])
 
@@ -80,18 +82,18 @@ def test_actuator_command_line(tmp_path: Path) -> None:
         ["actuator", "--broker", "kafka://k:9092", "--dry-run", "--hmac-key-file", "/k", "--lease-name", "l",
          "--lease-namespace", "ns", "--identity", "me", "--ledger-file", "/var/lib/l.jsonl"]
     )  # fmt: skip
-    assert args.func is actuator.cmd_actuator
+    assert args.func is actuator_cli.cmd_actuator
     assert (args.dry_run, args.lease_name, args.lease_namespace, args.identity) == (True, "l", "ns", "me")
     with pytest.raises(UsageError, match="cannot read --hmac-key-file"):
-        actuator.cmd_actuator(args)
+        actuator_cli.cmd_actuator(args)
     empty = tmp_path / "empty.key"
     empty.write_text("\n")
     with pytest.raises(UsageError, match="is empty"):
-        actuator.cmd_actuator(
+        actuator_cli.cmd_actuator(
             parser().parse_args(["actuator", "--broker", "kafka://k:1", "--hmac-key-file", str(empty)])
         )
     with pytest.raises(UsageError, match="go together"):
-        actuator.cmd_actuator(
+        actuator_cli.cmd_actuator(
             parser().parse_args(["actuator", "--broker", "kafka://k:1", "--lease-name", "l"])
         )
 

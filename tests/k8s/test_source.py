@@ -28,6 +28,7 @@ from streams.kafka import topics
 from streams.kafka.sink import KafkaSink, MemorySink
 from streams.kube import api as kube
 from streams.kube import lease, source
+from streams.kube.publisher import Publisher
 from tests.k8s import objects
 from tests.k8s.cluster_events import (
     STEP_TIMEOUT_S,
@@ -249,7 +250,7 @@ class SlowSink(MemorySink):
 
 async def test_publisher_batches_under_load_and_not_when_idle() -> None:
     sink = SlowSink()
-    publisher = source.Publisher(sink, cluster="c", max_record_bytes=4096)
+    publisher = Publisher(sink, cluster="c", max_record_bytes=4096)
     task = asyncio.create_task(publisher.run())
     try:
         for i in range(1000):
@@ -285,7 +286,7 @@ async def test_a_write_the_lease_check_refused_is_restated_by_a_relist(
         api, name="src", namespace="default", identity="me", retry_period_s=9.0, monotonic=lambda: clock[0]
     )
     sink = MemorySink()
-    caplog.set_level(logging.WARNING, logger="streams.kube.source")
+    caplog.set_level(logging.WARNING, logger="streams.kube.publisher")
     async with running(api, sink, elector=elector):
         # Still the holder, but with less validity left than one write's timeout.
         clock[0] = lease.RENEW_DEADLINE_S - kube.WRITE_TIMEOUT_S + 1.0
