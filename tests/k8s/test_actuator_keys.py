@@ -13,6 +13,7 @@ from kubernetes_asyncio import client
 from schemas import chain
 from streams.audit import verify as audit
 from streams.cli import actuator as actuator_cli
+from streams.cli import audit as audit_cli
 from streams.common import signing
 from streams.common.errors import UsageError
 from streams.kafka.sink import MemorySink
@@ -146,7 +147,7 @@ def test_audit_verifies_ed25519_logs(tmp_path: Path, capsys: pytest.CaptureFixtu
     log.write_bytes(b"\n".join(orjson.dumps(r) for r in (first, second)) + b"\n")
     (tmp_path / "k1").write_bytes(PUBLIC)
     parser = argparse.ArgumentParser()
-    audit.register(parser.add_subparsers())
+    audit_cli.register(parser.add_subparsers())
     ok = parser.parse_args(["audit", "verify", str(log), "--signing-key-file", str(tmp_path / "k1")])
     assert ok.func(ok) == audit.EXIT_INTACT
     other = parser.parse_args(
