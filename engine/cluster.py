@@ -1,6 +1,6 @@
 """The cluster index: the materialised state every decision reads.
 
-Pods, nodes, PriorityClasses, PDBs and ElasticQuotas by identity, plus the
+Pods, nodes, PriorityClasses, PDBs, ElasticQuotas and Namespaces by identity, plus the
 derived indexes decisions need on every call, each kept current when an object
 changes rather than recomputed when a decision asks: pods bound to each node
 with the node's used resources, pending pods nominated to each node, which PDBs
@@ -16,7 +16,8 @@ not): the nodes where membership changed, or one entry for a status update,
 however wide the budget's workload, which a cache applies to the nodes it
 evaluated with that budget where the change can matter there. A PriorityClass
 change touches only the nodes running pods of that class, and only when its
-toleration policy changed; a quota change no node.
+toleration policy changed; a quota change no node, nor a namespace change (its labels
+are read per decision, by the inter-pod filters' namespace selectors: engine.interpod).
 
 Folding is idempotent (docs/architecture.md §2): an object event whose resourceVersion is
 not newer than what the index holds is ignored, and a deleted object leaves a
@@ -32,8 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import disruption, objects, resources, toleration
+from engine.constraints import NAMESPACE_NAME_LABEL
 from engine.errors import InvalidObject
-from engine.objects import PREEMPT_LOWER, ElasticQuota, Node, Pdb, Pod, PriorityClass, Record
+from engine.objects import PREEMPT_LOWER, ElasticQuota, Namespace, Node, Pdb, Pod, PriorityClass, Record
 from engine.resources import Resources
 
 # Deleted objects remembered (oldest forgotten first) so a re-delivered older event
@@ -74,6 +76,8 @@ class Cluster:
         self.priority_classes: dict[str, PriorityClass] = {}
         self.budgets = disruption.Budgets()
         self.quotas: dict[str, ElasticQuota] = {}
+        # Namespace objects by name: their labels, for namespace selectors (`namespace_labels`).
+        self.namespaces: dict[str, Namespace] = {}
         self._nominated: dict[str, dict[str, Pod]] = {}
         # Bound pods whose node is not (yet) known: watch order is per kind.
         self._orphans: dict[str, dict[str, Pod]] = {}
@@ -183,6 +187,13 @@ class Cluster:
         """Bound, non-terminal pods of `namespace` by uid (their node may not be known yet)."""
         return self._bound_in_ns.get(namespace, {})
 
+    def namespace_labels(self, name: str) -> Mapping[str, str]:
+        """The labels of namespace `name`, as a namespace selector matches them: its Namespace
+        object's, else (no object seen) only the label the API server sets on every namespace,
+        `kubernetes.io/metadata.name`, to its name (docs/semantics.md §1)."""
+        ns = self.namespaces.get(name)
+        return ns.labels if ns is not None else {NAMESPACE_NAME_LABEL: name}
+
     def bound_namespaces(self) -> list[str]:
         return sorted(self._bound_in_ns)
 
@@ -271,6 +282,9 @@ class Cluster:
             self._upsert_node(record)
         elif isinstance(record, PriorityClass):
             self._upsert_class(record)
+        elif isinstance(record, Namespace):
+            # Read per decision (engine.interpod): no node evaluation holds them.
+            self.namespaces[record.name] = record
         elif isinstance(record, Pdb):
             old = self.budgets.pdbs.get(record.uid)
             members, regrouped = self.budgets.upsert(
@@ -310,6 +324,8 @@ class Cluster:
                 self._pdb_changed(old_pdb, None, self.budgets.remove(uid), True)
         elif kind == "ElasticQuota":
             self.quotas.pop(uid, None)
+        elif kind == "Namespace":
+            self.namespaces.pop(uid, None)
 
     def _upsert_class(self, record: PriorityClass) -> None:
         before = self._policies.get(record.name)
@@ -582,6 +598,7 @@ class Cluster:
             "PriorityClass": self.priority_classes,
             "PodDisruptionBudget": self.pdbs,
             "ElasticQuota": self.quotas,
+            "Namespace": self.namespaces,
         }
         held = tables.get(kind, {}).get(uid)
         if held is None:
@@ -621,6 +638,7 @@ class Cluster:
         keys |= {("PriorityClass", n) for n in self.priority_classes}
         keys |= {("PodDisruptionBudget", u) for u in self.pdbs}
         keys |= {("ElasticQuota", u) for u in self.quotas}
+        keys |= {("Namespace", n) for n in self.namespaces}
         return keys
 
 
@@ -640,7 +658,8 @@ def _usage_key(pod: Pod) -> tuple[str, str, str | None]:
 
 
 def _table_key(obj: Mapping[str, Any]) -> str:
-    """Pods, PDBs and quotas are keyed by uid; nodes and classes by name (cluster-scoped, unique)."""
+    """Pods, PDBs and quotas are keyed by uid; nodes, classes and namespaces by name
+    (cluster-scoped, unique)."""
     kind = obj.get("kind")
     meta = obj.get("metadata")
     if kind == "Pod" and type(meta) is dict:
@@ -648,7 +667,7 @@ def _table_key(obj: Mapping[str, Any]) -> str:
         uid, name = meta.get("uid"), meta.get("name")
         if type(uid) is str and uid and type(name) is str and name:
             return uid
-    if kind in ("Node", "PriorityClass"):
+    if kind in ("Node", "PriorityClass", "Namespace"):
         meta = obj.get("metadata") or {}
         name = meta.get("name") if isinstance(meta, dict) else None
         if not name:
@@ -664,11 +683,11 @@ def table_key(obj: Mapping[str, Any]) -> str:
 def build(records: list[Record]) -> Cluster:
     """A cluster from a set of records, in an order that does not depend on the input order."""
     cluster = Cluster()
-    rank = {PriorityClass: 0, Node: 1, Pdb: 2, ElasticQuota: 3, Pod: 4}
+    rank = {PriorityClass: 0, Node: 1, Pdb: 2, ElasticQuota: 3, Namespace: 4, Pod: 5}
     for record in sorted(records, key=lambda r: (rank[type(r)], _sort_id(r))):
         cluster.upsert(record)
     return cluster
 
 
 def _sort_id(record: Record) -> str:
-    return record.name if isinstance(record, (Node, PriorityClass)) else record.uid
+    return record.name if isinstance(record, (Node, PriorityClass, Namespace)) else record.uid

@@ -11,7 +11,8 @@ plugins/podtopologyspread/common.go, pkg/scheduler/util GetHostPorts):
   hostIP is 0.0.0.0;
 - an affinity term with neither `namespaces` nor `namespaceSelector` is the
   pod's own namespace; a nil `labelSelector` matches nothing, an empty one
-  everything;
+  everything; a `namespaceSelector` matches the namespace's labels (the
+  Namespace object's, `engine.cluster.Cluster.namespace_labels`);
 - `matchLabelKeys`/`mismatchLabelKeys` add `key In/NotIn (the pod's value)` to
   the term's selector, as the API server does when it admits the pod (adding a
   requirement it already merged changes nothing);
@@ -31,7 +32,7 @@ from engine.errors import InvalidObject
 from engine.selectors import LabelSelector, Requirement
 
 # Every namespace carries this label with its own name (Kubernetes sets it at admission):
-# the one namespace label known without Namespace objects (docs/semantics.md §10).
+# the one label known of a namespace whose Namespace object was not seen (docs/semantics.md §1).
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 ANY_IP = "0.0.0.0"
 PROTOCOLS = ("TCP", "UDP", "SCTP")
@@ -64,28 +65,32 @@ class PodTerm:
     # `Scheduling.resolve` (specs are parsed once for every namespace that shares them).
     own_namespace: bool = False
 
-    def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
-        """Does a pod of `namespace` with `labels` match? (An existing pod's term against the
-        preemptor: upstream matches the namespace selector with the namespace's labels.)"""
+    def matches(self, namespace: str, labels: Mapping[str, str], namespace_labels: Mapping[str, str]) -> bool:
+        """Does a pod of `namespace` with `labels` match, `namespace_labels` that namespace's
+        labels? (An existing pod's term against the preemptor: upstream matches the namespace
+        selector with the labels of the preemptor's namespace, GetNamespaceLabelsSnapshot.)"""
         if self.selector is None:
             return False
         if namespace not in self.namespaces:
             ns = self.namespace_selector
-            if ns is None or not (ns.empty or ns.matches({NAMESPACE_NAME_LABEL: namespace})):
+            if ns is None or not (ns.empty or ns.matches(namespace_labels)):
                 return False
         return self.selector.matches(labels)
 
-    def matches_incoming(self, namespace: str, labels: Mapping[str, str]) -> bool:
+    def matches_incoming(
+        self, namespace: str, labels: Mapping[str, str], namespace_labels: Mapping[str, str]
+    ) -> bool:
         """`matches` for the preemptor's own terms, as kube-scheduler evaluates them: the
-        namespaces its selector picks are added to the term's, and the selector itself is
-        then still matched against no labels at all (mergeAffinityTermNamespacesIfNotEmpty
-        takes the term by value, so its reset of the selector is lost), so a selector that
-        an empty label set satisfies (`NotIn`, `DoesNotExist`, `{}`) admits every namespace."""
+        namespaces its selector picks (those whose labels it matches) are added to the term's,
+        and the selector itself is then still matched against no labels at all
+        (mergeAffinityTermNamespacesIfNotEmpty takes the term by value, so its reset of the
+        selector is lost), so a selector that an empty label set satisfies (`NotIn`,
+        `DoesNotExist`, `{}`) admits every namespace."""
         if self.selector is None:
             return False
         if namespace not in self.namespaces:
             ns = self.namespace_selector
-            if ns is None or not (ns.matches({}) or ns.matches({NAMESPACE_NAME_LABEL: namespace})):
+            if ns is None or not (ns.matches({}) or ns.matches(namespace_labels)):
                 return False
         return self.selector.matches(labels)
 

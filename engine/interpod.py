@@ -121,6 +121,9 @@ class Filters:
         # Shared by the Filters of one decision over one unchanging cluster (a gang's members):
         # what depends only on the nodes and the pod's node constraints is computed once.
         self._memo = memo if memo is not None else {}
+        # Namespaces' labels, for the terms' namespace selectors (Cluster.namespace_labels).
+        self._ns_labels: dict[str, Mapping[str, str]] = {}
+        self.pod_ns_labels = self.ns_labels(pod.namespace)
         gone = overlay.gone if overlay is not None else frozenset()
         self._placed = frozenset(q.uid for q, _ in overlay.placed) if overlay is not None else frozenset()
         s: Scheduling | None = pod.scheduling
@@ -135,7 +138,7 @@ class Filters:
         self.existing: dict[Pair, int] = {}
         self.existing_hosts: set[str] = set()
         for terms, group in cluster.anti_groups.items():
-            matching = [t for t in terms if t.matches(pod.namespace, pod.labels)]
+            matching = [t for t in terms if t.matches(pod.namespace, pod.labels, self.pod_ns_labels)]
             if not matching:
                 continue
             for uid in sorted(group):
@@ -174,11 +177,18 @@ class Filters:
                 self._count_incoming(q, node, 1, self.affinity_counts, self.anti_counts)
                 if self._assumed(q):
                     continue
-                if self.affinity and all(t.matches_incoming(q.namespace, q.labels) for t in self.affinity):
+                if self.affinity and all(
+                    t.matches_incoming(q.namespace, q.labels, self.ns_labels(q.namespace))
+                    for t in self.affinity
+                ):
                     self.affinity_hosts.add(node.name)
-                if any(t.matches_incoming(q.namespace, q.labels) for t in self.anti):
+                if any(
+                    t.matches_incoming(q.namespace, q.labels, self.ns_labels(q.namespace)) for t in self.anti
+                ):
                     self.anti_hosts.add(node.name)
-        self.self_affine = all(t.matches_incoming(pod.namespace, pod.labels) for t in self.affinity)
+        self.self_affine = all(
+            t.matches_incoming(pod.namespace, pod.labels, self.pod_ns_labels) for t in self.affinity
+        )
         self.spread = [self._spread_state(c) for c in spread]
         self.active = bool(self.ports or self.affinity or self.anti or self.spread or self.existing)
         # InterPodAffinity's PreFilter says Skip when no existing pod's anti-affinity matches
@@ -189,12 +199,21 @@ class Filters:
 
     # ---- PreFilter ---------------------------------------------------------------------
 
+    def ns_labels(self, namespace: str) -> Mapping[str, str]:
+        """The labels a namespace selector matches for `namespace`, looked up once per decision."""
+        held = self._ns_labels.get(namespace)
+        if held is None:
+            held = self._ns_labels[namespace] = self.cluster.namespace_labels(namespace)
+        return held
+
     def _against_me(self, q: Pod) -> tuple[PodTerm, ...]:
         """Terms of `q`'s required anti-affinity that match the preemptor."""
         if q.scheduling is None or not q.scheduling.anti_affinity:
             return ()
         pod = self.pod
-        return tuple(t for t in q.scheduling.anti_affinity if t.matches(pod.namespace, pod.labels))
+        return tuple(
+            t for t in q.scheduling.anti_affinity if t.matches(pod.namespace, pod.labels, self.pod_ns_labels)
+        )
 
     def _term_namespaces(self) -> list[str]:
         names: set[str] = set()
@@ -250,13 +269,15 @@ class Filters:
         self, q: Pod, node: Node, by: int, affinity: dict[Pair, int], anti: dict[Pair, int]
     ) -> None:
         labels = node.labels
-        if self.affinity and all(t.matches_incoming(q.namespace, q.labels) for t in self.affinity):
+        if self.affinity and all(
+            t.matches_incoming(q.namespace, q.labels, self.ns_labels(q.namespace)) for t in self.affinity
+        ):
             for t in self.affinity:
                 value = labels.get(t.topology_key)
                 if value is not None:
                     _bump(affinity, (t.topology_key, value), by)
         for t in self.anti:
-            if t.matches_incoming(q.namespace, q.labels):
+            if t.matches_incoming(q.namespace, q.labels, self.ns_labels(q.namespace)):
                 value = labels.get(t.topology_key)
                 if value is not None:
                     _bump(anti, (t.topology_key, value), by)
@@ -462,7 +483,9 @@ class Filters:
             if (
                 any(w.conflicts(h) for w in self.ports for h in ports)
                 or any(
-                    t.topology_key in labels and t.matches_incoming(q.namespace, q.labels) for t in self.anti
+                    t.topology_key in labels
+                    and t.matches_incoming(q.namespace, q.labels, self.ns_labels(q.namespace))
+                    for t in self.anti
                 )
                 or any(t.topology_key in labels for t in self._against_me(q))
             ):
@@ -531,7 +554,9 @@ class NodeView:
         f, labels, pod = self.f, self.labels, self.f.pod
         sched = q.scheduling
         affinity: tuple[Pair, ...] = ()
-        if f.affinity and all(t.matches_incoming(q.namespace, q.labels) for t in f.affinity):
+        if f.affinity and all(
+            t.matches_incoming(q.namespace, q.labels, f.ns_labels(q.namespace)) for t in f.affinity
+        ):
             affinity = tuple(
                 (t.topology_key, labels[t.topology_key]) for t in f.affinity if t.topology_key in labels
             )
@@ -545,7 +570,8 @@ class NodeView:
             tuple(
                 (t.topology_key, labels[t.topology_key])
                 for t in f.anti
-                if t.topology_key in labels and t.matches_incoming(q.namespace, q.labels)
+                if t.topology_key in labels
+                and t.matches_incoming(q.namespace, q.labels, f.ns_labels(q.namespace))
             ),
             tuple(
                 (t.topology_key, labels[t.topology_key]) for t in f._against_me(q) if t.topology_key in labels
@@ -667,19 +693,25 @@ class NodeView:
         return None
 
 
-def concerns(q: Pod, pod: Pod) -> bool:
+def concerns(q: Pod, pod: Pod, cluster: Cluster) -> bool:
     """Can `q`'s presence change a filter's verdict for `pod`: a port they both want, a term of
     `pod`'s (anti-)affinity or spread that counts `q`, or `q`'s anti-affinity against `pod`?
     When not, taking `q` away or giving it back leaves every filter of `pod` as it was."""
     mine, theirs = pod.scheduling, q.scheduling
+    labels_of = cluster.namespace_labels
     if mine is not None:
         if theirs is not None and any(w.conflicts(h) for w in mine.ports for h in theirs.ports):
             return True
-        if any(t.matches_incoming(q.namespace, q.labels) for t in (*mine.affinity, *mine.anti_affinity)):
+        if any(
+            t.matches_incoming(q.namespace, q.labels, labels_of(q.namespace))
+            for t in (*mine.affinity, *mine.anti_affinity)
+        ):
             return True
         if q.namespace == pod.namespace and any(c.matches(q.labels) for c in mine.spread):
             return True
-    return theirs is not None and any(t.matches(pod.namespace, pod.labels) for t in theirs.anti_affinity)
+    return theirs is not None and any(
+        t.matches(pod.namespace, pod.labels, labels_of(pod.namespace)) for t in theirs.anti_affinity
+    )
 
 
 def not_modelled(pods: Sequence[Pod]) -> list[str]:

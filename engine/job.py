@@ -669,7 +669,7 @@ class _FilterCheck:
     def holds_back(self, pod: Pod, away: set[str]) -> bool:
         """May `pod` come back (every other pod of `away` still gone)? A pod that bears on no
         member's filters (`interpod.concerns`) changes none of them."""
-        if not any(interpod.concerns(pod, m) for m in self.members):
+        if not any(interpod.concerns(pod, m, self.cluster) for m in self.members):
             return True
         return self.broken(away - {pod.uid}) is None
 

@@ -174,7 +174,18 @@ class ElasticQuota:
     max: Resources
 
 
-Record = Pod | Node | PriorityClass | Pdb | ElasticQuota
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    """A namespace's labels, which a pod (anti-)affinity term's namespaceSelector reads."""
+
+    name: str
+    uid: str
+    resource_version: str
+    # Always holds constraints.NAMESPACE_NAME_LABEL: the name, as the API server sets it.
+    labels: Mapping[str, str]
+
+
+Record = Pod | Node | PriorityClass | Pdb | ElasticQuota | Namespace
 
 # Nodes the same way as pods (`_new_pod`): one per node event, 7 fields.
 _NodeFields = make_dataclass(
@@ -760,12 +771,22 @@ def elastic_quota(obj: Mapping[str, Any]) -> ElasticQuota:
     )
 
 
+def namespace(obj: Mapping[str, Any]) -> Namespace:
+    _, name, uid, rv = _metadata(obj, "Namespace", namespaced=False)
+    labels = _str_map(obj["metadata"].get("labels"), f"Namespace {name} labels")
+    # The API server sets this label to the name on every namespace (and refuses another
+    # value); a hand-written object may leave it out or get it wrong.
+    labels[constraints.NAMESPACE_NAME_LABEL] = name
+    return Namespace(name=name, uid=uid, resource_version=rv, labels=labels)
+
+
 KINDS: dict[str, Callable[[Mapping[str, Any]], Record]] = {
     "Pod": pod,
     "Node": node,
     "PriorityClass": priority_class,
     "PodDisruptionBudget": pdb,
     "ElasticQuota": elastic_quota,
+    "Namespace": namespace,
 }
 
 

@@ -26,7 +26,7 @@ kube-scheduler's queueing hints and pod backoff): a decided pod stays in
 (RETRY_INITIAL_SECONDS doubling to RETRY_MAX_SECONDS per attempt) and either a
 change that could alter its answer was folded since its last decision (a node
 added, removed or changed; a pod that was bound or nominated deleted, finishing,
-terminating or changed; any PDB, PriorityClass or ElasticQuota change; a
+terminating or changed; any PDB, PriorityClass, ElasticQuota or Namespace change; a
 toleration window closing on log time; a nomination ended) or its last answer
 was `wait`. Such changes bump `gen`; a pod is "active" when its last decision
 saw an older `gen`. A decision record is emitted when the answer for a

@@ -22,7 +22,7 @@ from typing import Any
 
 from engine import cluster as cluster_mod
 from engine.cluster import Cluster
-from engine.objects import ElasticQuota, Node, Pdb, Pod, PriorityClass, Record
+from engine.objects import ElasticQuota, Namespace, Node, Pdb, Pod, PriorityClass, Record
 
 _MISSING: Any = object()
 # What a note restores (the first item of its tuple).
@@ -42,6 +42,8 @@ def table_record(cluster: Cluster, kind: str, key: str) -> Record | None:
         return cluster.pdbs.get(key)
     if kind == "ElasticQuota":
         return cluster.quotas.get(key)
+    if kind == "Namespace":
+        return cluster.namespaces.get(key)
     return None
 
 
@@ -55,6 +57,8 @@ def record_key(record: Record) -> tuple[str, str]:
         return "PriorityClass", record.name
     if isinstance(record, Pdb):
         return "PodDisruptionBudget", record.uid
+    if isinstance(record, Namespace):
+        return "Namespace", record.name
     assert isinstance(record, ElasticQuota)
     return "ElasticQuota", record.uid
 
