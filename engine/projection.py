@@ -12,7 +12,7 @@ The rule that keeps it correct: normalising the projection gives the engine the
 same records as normalising the whole object (engine.objects), so every decision
 is the same (tests/test_projection.py checks it as a property over generated
 objects, and that no value of a field left out reaches the result). Labels are
-kept whole: selectors (PDBs, quotas, pod groups) may match any of them. Of the
+kept whole: selectors (PDBs, quotas, pod groups, namespace selectors) may match any of them. Of the
 annotations, only those the engine reads are kept.
 
 docs/topics.md lists the fields (`paths()`; a test keeps them equal).
@@ -153,6 +153,8 @@ FIELDS: Mapping[str, Mapping[str, Spec]] = {
         "metadata": _IDENTITY,
         "spec": {"min": True, "max": True},
     },
+    # Its labels, for pod (anti-)affinity terms' namespace selectors.
+    "Namespace": {"metadata": {**_IDENTITY, "labels": True}},
 }
 # Only these pod conditions are read (scheduling state, an eviction under way).
 POD_CONDITIONS = frozenset({"PodScheduled", "DisruptionTarget"})

@@ -329,6 +329,8 @@ def object_problem(obj: dict[str, Any]) -> str | None:
         if isinstance(namespace, str) and namespace and not names.dns_label(namespace):
             return f"metadata.namespace {_short(namespace)} is not a DNS-1123 label"
         own = meta.get("name")
+        if kind == "Namespace" and isinstance(own, str) and own and not names.dns_label(own):
+            return f"metadata.name {_short(own)} is not a DNS-1123 label"  # a namespace's name
         if isinstance(own, str) and own and not names.dns_subdomain(own):
             return f"metadata.name {_short(own)} is not a DNS-1123 subdomain"
     return None
