@@ -26,8 +26,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "source",
         help=HELP,
-        description="Watch Pods, Nodes, PriorityClasses, PodDisruptionBudgets and ElasticQuotas "
-        "and write their events, batched, to the cluster-events topic.",
+        description="Watch Pods, Nodes, PriorityClasses, Namespaces, PodDisruptionBudgets and "
+        "ElasticQuotas and write their events, batched, to the cluster-events topic.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

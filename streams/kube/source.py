@@ -120,12 +120,16 @@ PODS = Resource("Pod", "", "v1", "pods", namespaced=True)
 NODES = Resource("Node", "", "v1", "nodes", namespaced=False)
 PRIORITY_CLASSES = Resource("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
 PDBS = Resource("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", namespaced=True)
+# Cluster-scoped, so watched whatever the scope's namespaces: their labels are what a pod
+# (anti-)affinity term's namespaceSelector matches.
+NAMESPACES = Resource("Namespace", "", "v1", "namespaces", namespaced=False)
 ELASTIC_QUOTAS = Resource(
     "ElasticQuota", "scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", namespaced=True
 )
 # Watch events on their way from the watches to the log: (kind, event type, object).
 Arrivals = asyncio.Queue[tuple[Resource, str, dict[str, Any]]]
-RESOURCES = (NODES, PRIORITY_CLASSES, PDBS, PODS)  # nodes first: a relist restates capacity before pods
+# Nodes first: a relist restates capacity before pods.
+RESOURCES = (NODES, PRIORITY_CLASSES, NAMESPACES, PDBS, PODS)
 
 # What the source does with the API, for the chart's ClusterRole (a test keeps them equal):
 # lists and watches only. No `get`: it never reads one object by name, and a token that can

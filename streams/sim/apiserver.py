@@ -159,6 +159,9 @@ def _other(obj: dict[str, Any], secret: str) -> None:
     annotations["kubectl.kubernetes.io/last-applied-configuration"] = _filler(name, "last-applied", secret)
     if obj.get("kind") == "PriorityClass":
         obj.setdefault("description", _filler(name, "description", secret))
+    if obj.get("kind") == "Namespace":
+        obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+        obj.setdefault("status", {"phase": "Active"})
     if obj.get("kind") == "PodDisruptionBudget":
         obj.setdefault("status", {}).setdefault("conditions", [
             {"type": "DisruptionAllowed", "status": "True", "message": _filler(name, "pdb-message", secret)}
@@ -175,7 +178,7 @@ def dress(obj: Mapping[str, Any], *, secret: str = "") -> dict[str, Any]:
         _pod(out, secret)
     elif kind == "Node":
         _node(out, secret)
-    elif kind in ("PriorityClass", "PodDisruptionBudget", "ElasticQuota"):
+    elif kind in ("PriorityClass", "PodDisruptionBudget", "ElasticQuota", "Namespace"):
         _other(out, secret)
     return out
 

@@ -52,6 +52,7 @@ KINDS = {
     for k in (
         Kind("", "v1", "pods", "Pod", True),
         Kind("", "v1", "nodes", "Node", False),
+        Kind("", "v1", "namespaces", "Namespace", False),
         Kind("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False),
         Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
         Kind("scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", True),
