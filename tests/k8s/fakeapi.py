@@ -27,6 +27,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kmock
+from kmock._internal import parsing as kmock_parsing
+
+_KMOCK_PARSE_PATH = kmock_parsing.parse_path
+
+
+def _parse_path(path: str) -> kmock_parsing.ParsedPath:
+    """kmock 0.8 takes `/api/v1/namespaces[/NAME]` for a namespace prefix with no resource after
+    it, and fails every request there (500): the Namespace kind's own URLs are parsed here."""
+    parts = path.strip("/").split("/")
+    if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
+        name = parts[3] if len(parts) == 4 else None
+        return kmock_parsing.ParsedPath("", "v1", "namespaces", None, name, None)
+    return _KMOCK_PARSE_PATH(path)
+
+
+kmock_parsing.parse_path = _parse_path
 
 # The DisruptionBudget cause of an injected eviction 429 (kube-apiserver's wording).
 PDB_CAUSE = "The disruption budget web needs 1 healthy pods and has 1 currently"
