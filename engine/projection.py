@@ -32,7 +32,11 @@ from typing import Any
 
 from engine import daemonset, toleration
 
-# The allow-list's version: bump it whenever FIELDS or POD_CONDITIONS change.
+# The allow-list's version: bump it whenever FIELDS or POD_CONDITIONS change what a
+# projection of an object some writer of an earlier version could have written. The
+# Namespace list was added under 1: no writer of 1 wrote Namespaces before it (the source
+# did not watch them, and every other kind's list is unchanged), so every record declared
+# 1 still equals its projection by this list, and stores and snapshots need no new pass.
 VERSION = 1
 # The cluster-events record header by which a writer declares its objects projected with
 # FIELDS of VERSION (the value, as ASCII digits). Set it only when projecting with this list.
