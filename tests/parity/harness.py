@@ -40,6 +40,7 @@ from tests.parity import api as api_mod
 from tests.parity.scenario import (
     CLASS_LABEL,
     DEFAULT,
+    NAMESPACE_NAME_LABEL,
     NAMESPACES,
     NEVER_LABEL,
     TOLERATION,
@@ -177,6 +178,13 @@ class Harness:
                 "labels": {**(pc["metadata"].get("labels") or {}), CLASS_LABEL: "1"},
             }
         api.each(("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", pc) for pc in classes.values())
+        # The parity namespaces get this scenario's labels, and lose any a previous one set.
+        for ns in NAMESPACES:
+            held = api.call("GET", f"/api/v1/namespaces/{ns}")["metadata"].get("labels") or {}
+            wanted: dict[str, str | None] = dict(s.namespace_labels.get(ns, {}))
+            wanted.update({k: None for k in held if k not in wanted and k != NAMESPACE_NAME_LABEL})
+            if any(held.get(k) != v for k, v in wanted.items()):
+                api.call("PATCH", f"/api/v1/namespaces/{ns}", {"metadata": {"labels": wanted}})
         api.each(("POST", "/api/v1/nodes", n) for n in s.nodes)
         pdbs = [shifted(p, delta) for p in s.pdbs]
         api.each(
@@ -232,6 +240,10 @@ class Harness:
         )
         out += _list(api, "/api/v1/nodes", "Node", "v1")
         for ns in NAMESPACES:
+            namespace = api.call("GET", f"/api/v1/namespaces/{ns}")
+            namespace["kind"], namespace["apiVersion"] = "Namespace", "v1"
+            namespace["metadata"].pop("managedFields", None)
+            out.append(namespace)
             out += _list(api, f"/api/v1/namespaces/{ns}/pods", "Pod", "v1")
             out += _list(
                 api,

@@ -22,6 +22,8 @@ import yaml
 DEFAULT, TOLERATION = "default", "toleration"
 # The namespaces every scenario's namespaced objects live in (reused, emptied between runs).
 NAMESPACES = ("parity-a", "parity-b")
+# The label the API server sets on every namespace, to its name.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 IMAGE = "registry.k8s.io/pause:3.9"
 # A label no node carries: pending pods nominated elsewhere stay pending, never bound.
 NEVER_LABEL = "parity.preemptctl.io/never"
@@ -41,6 +43,8 @@ class Scenario:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     pdbs: list[dict[str, Any]] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)  # status included; bound, pending, terminal
+    # Labels of the parity namespaces (NAMESPACES), besides the name label the API server sets.
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     terminating: set[str] = field(
         default_factory=set
     )  # "namespace/name": deleted (gracefully) after creation
@@ -105,7 +109,8 @@ def from_case(path: Path, profile: str) -> Scenario | None:
     if len(pres) != 1 or raw.get("config"):
         return None
     objects = list(raw.get("objects") or [])
-    if any(o.get("kind") not in ("Node", "Pod", "PriorityClass", "PodDisruptionBudget") for o in objects):
+    kinds = ("Node", "Pod", "PriorityClass", "PodDisruptionBudget", "Namespace")
+    if any(o.get("kind") not in kinds for o in objects):
         return None
     namespaces = sorted(
         {
@@ -113,6 +118,7 @@ def from_case(path: Path, profile: str) -> Scenario | None:
             for o in [*objects, *pres]
             if o.get("kind") in ("Pod", "PodDisruptionBudget")
         }
+        | {o["metadata"]["name"] for o in objects if o.get("kind") == "Namespace"}
     )
     if len(namespaces) > len(NAMESPACES):
         return None
@@ -198,6 +204,11 @@ def from_case(path: Path, profile: str) -> Scenario | None:
             scenario.pdbs.append(pdb)
         elif kind == "Pod":
             scenario.pods.append(pod(obj))
+        elif kind == "Namespace":
+            # Its labels go on the parity namespace it becomes; the name label is the server's.
+            labels = dict(obj["metadata"].get("labels") or {})
+            labels.pop(NAMESPACE_NAME_LABEL, None)
+            scenario.namespace_labels[ns_map[obj["metadata"]["name"]]] = labels
     scenario.preemptor = pod(pres[0])
     if any(p["spec"].get("overhead") for p in [*scenario.pods, scenario.preemptor]):
         return None

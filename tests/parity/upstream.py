@@ -214,7 +214,8 @@ class Selector:
 
 
 def namespace_labels(namespace: str) -> dict[str, str]:
-    """A namespace's labels: the parity namespaces carry only the one the API server sets."""
+    """The labels of a namespace whose Namespace object is not among the objects: only the one the
+    API server sets (World.of gives each pod its namespace's own, GetNamespaceLabelsSnapshot)."""
     return {"kubernetes.io/metadata.name": namespace}
 
 
@@ -245,9 +246,7 @@ class Term:
         )
 
     def matches(self, pod: Pod) -> bool:
-        if pod.namespace in self.namespaces or self.namespace_selector.matches(
-            namespace_labels(pod.namespace)
-        ):
+        if pod.namespace in self.namespaces or self.namespace_selector.matches(pod.namespace_labels):
             return self.selector.matches(pod.labels)
         return False
 
@@ -273,6 +272,8 @@ class Pod:
     # Required (anti-)affinity terms, read against this pod (its namespace, its labels' keys).
     affinity_terms: tuple[Term, ...] = ()
     anti_terms: tuple[Term, ...] = ()
+    # Its namespace's labels, as a namespaceSelector matches them (set by World.of).
+    namespace_labels: dict[str, str] = field(default_factory=dict)
 
     @staticmethod
     def of(raw: dict[str, Any]) -> Pod:
@@ -339,6 +340,7 @@ class World:
         pods: list[Pod] = []
         classes: dict[str, dict[str, Any]] = {}
         pdbs: list[dict[str, Any]] = []
+        labels_of: dict[str, dict[str, str]] = {}
         for obj in objects:
             kind = obj["kind"]
             if kind == "Node":
@@ -366,7 +368,11 @@ class World:
                 classes[obj["metadata"]["name"]] = obj
             elif kind == "PodDisruptionBudget":
                 pdbs.append(obj)
+            elif kind == "Namespace":
+                name = obj["metadata"]["name"]
+                labels_of[name] = {**(obj["metadata"].get("labels") or {}), **namespace_labels(name)}
         for pod in pods:
+            pod.namespace_labels = labels_of.get(pod.namespace) or namespace_labels(pod.namespace)
             if pod.node in nodes:
                 nodes[pod.node].pods.append(pod)
         return World(nodes, pods, classes, pdbs, frozenset(schedulers))
