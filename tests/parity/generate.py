@@ -29,7 +29,8 @@ and then without the label); host ports on pods and on the preemptor (TCP, UDP,
 SCTP, on every address or one, in containers, sidecars and plain init
 containers, which hold none), some taken where the preemptor wants them; the
 preemptor's required pod anti-affinity and affinity by hostname and by zone
-(across namespaces, by namespaceSelector, with matchLabelKeys and
+(across namespaces, by namespaceSelector on the name label or on a label of
+the Namespace objects, with matchLabelKeys and
 mismatchLabelKeys; some affinities that nothing satisfies, some only the
 preemptor itself); existing pods' required anti-affinity against the preemptor;
 and DoNotSchedule topology spread by hostname and zone, maxSkew 1-2, with
@@ -60,6 +61,8 @@ NOW = "2026-01-01T00:00:00Z"
 REF = 1767225600.0  # NOW as epoch seconds
 PRIORITIES = (-100, 0, 1, 5, 10, 50, 100, 500, 1000, 5000, 10000)
 APPS = ("web", "db", "cache")
+# A label of the parity namespaces (Scenario.namespace_labels) that namespaceSelectors pick by.
+TEAM, TEAMS = "team", ("a", "b")
 GPU = "example.com/gpu"
 PREFIX = "preemption-toleration.scheduling.x-k8s.io/"
 ALIAS = "preemption-toleration.scheduling.sigs.k8s.io/"
@@ -219,6 +222,12 @@ def scenario(seed: int) -> Scenario:
     odd = random.Random(f"toleration-{seed}")  # a third stream: drawn only for these clusters
     if profile == TOLERATION and odd.random() < TOLERATION_INPUTS_SHARE:
         _toleration_inputs(odd, s, preemptor_priority)
+    # The parity namespaces' own labels, for namespaceSelectors (a fourth stream of its own).
+    teams = random.Random(f"namespaces-{seed}")
+    for ns in NAMESPACES:
+        team = teams.choice((*TEAMS, None))
+        if team is not None:
+            s.namespace_labels[ns] = {TEAM: team}
     return s
 
 
@@ -507,8 +516,11 @@ def _term(x: random.Random, pod: dict[str, Any], key: str, app: str) -> dict[str
         term["namespaces"] = list(NAMESPACES)
     elif roll < 0.25:
         term["namespaceSelector"] = {}  # every namespace
-    elif roll < 0.3:
+    elif roll < 0.275:
         term["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": x.choice(NAMESPACES)}}
+    elif roll < 0.3:
+        # A label only the Namespace object has (one draw, as the branch above: the stream is kept).
+        term["namespaceSelector"] = {"matchLabels": {TEAM: x.choice(TEAMS)}}
     labels = pod["metadata"]["labels"]
     roll = x.random()
     if roll < 0.2:
