@@ -283,7 +283,7 @@ def test_components_can_do_exactly_what_the_code_calls(kube_cluster: cluster.Tes
     assert not can("actuator", "update", "leases/preemptctl-source", cluster.NAMESPACE)
     assert not can("source", "delete", "pods") and not can("worker", "list", "pods")
     # The source lists and watches; it never reads one object by name.
-    assert not [kind for kind in ("pods", "nodes", "priorityclasses.scheduling.k8s.io",
+    assert not [kind for kind in ("pods", "nodes", "namespaces", "priorityclasses.scheduling.k8s.io",
                                   "poddisruptionbudgets.policy") if can("source", "get", kind)]  # fmt: skip
     assert not can("actuator", "create", "events")  # core/v1 Events: not what the code writes
 
@@ -1179,8 +1179,8 @@ async def test_source_lists_then_watches_each_kind_in_turn(
         ),
         key=lambda e: e["requestReceivedTimestamp"],
     )
-    order = [(e["verb"], e["objectRef"]["resource"]) for e in calls][:8]
-    kinds = ("nodes", "priorityclasses", "poddisruptionbudgets", "pods")
+    kinds = ("nodes", "priorityclasses", "namespaces", "poddisruptionbudgets", "pods")
+    order = [(e["verb"], e["objectRef"]["resource"]) for e in calls][: 2 * len(kinds)]
     assert order == [(verb, kind) for kind in kinds for verb in ("list", "watch")]
 
 
