@@ -214,3 +214,36 @@ def test_zone_spread_preempts_in_the_under_filled_zone(plane: ControlPlane, loop
         )
     )
     _ends_bound_where_decided(plane, loop, preemptor, running, node=b0, victims={f"{b0}-filler"})
+
+
+def test_a_namespace_selector_picks_by_the_namespace_label_and_its_pod_is_preempted(
+    plane: ControlPlane, loop: Stack
+) -> None:
+    """The preemptor's required anti-affinity (hostname) is against app=nsl-x pods of the namespaces
+    labelled team=nsl-a (namespaceSelector), and the e2e namespace gets that label: the source
+    writes the Namespace and the worker folds its labels. The only node is full with two
+    low-priority pods, x and then y: for room alone y (the later started) would go and x be
+    reprieved, but x keeps the preemptor out, so x is the victim and y stays. Matched against the
+    name label alone (before Namespaces were read) the term picks nothing and y would go, and the
+    pod stay pending. (The node is full so that NodeResourcesFit, which kube-scheduler retries on
+    a pod's deletion, rejects first: InterPodAffinity's retry hint matches a deleted pod without
+    namespace labels, so a selector like this one never retries on it.)"""
+    group = "nsl"
+    x = {"app": "nsl-x"}
+    plane.patch(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        {"metadata": {"labels": {"team": "nsl-a"}}},
+    )
+    (node,) = _nodes(plane, group, {"n0": None})
+    running = _running(
+        plane, [objects.pod(f"{node}-x", NAMESPACE, group, cpu="2", priority_class=LOW, node=node, labels=x)]
+    )
+    time.sleep(1.1)  # y starts a second later (startTime has seconds): the less important of the two
+    running |= _running(
+        plane, [objects.pod(f"{node}-y", NAMESPACE, group, cpu="2", priority_class=LOW, node=node)]
+    )
+    term = {**objects.anti_affinity_term(x), "namespaceSelector": {"matchLabels": {"team": "nsl-a"}}}
+    preemptor = plane.create(
+        objects.pod("nsl-p", NAMESPACE, group, cpu="1", priority_class=HIGH, anti_affinity=term)
+    )
+    _ends_bound_where_decided(plane, loop, preemptor, running, node=node, victims={f"{node}-x"})
