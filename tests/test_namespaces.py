@@ -13,12 +13,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import case as case_mod
-from engine import objects
+from engine import flows, objects
 from engine.cluster import Cluster
 from engine.config import Config
 from engine.constraints import NAMESPACE_NAME_LABEL
@@ -175,6 +176,58 @@ def test_a_namespace_labelled_later_wakes_the_preemptor_it_concerns() -> None:
     ]
     out = [d for e in later for d in ctl.handle(e)]
     assert [(d["outcome"], [v["name"] for v in d["victims"]]) for d in out] == [("preempt", ["guard"])]
+
+
+def _first_events() -> list[dict[str, Any]]:
+    return [
+        {"type": "ADDED", "ts": "2026-01-01T00:00:00Z", "object": _NODE},
+        {
+            "type": "ADDED",
+            "ts": "2026-01-01T00:00:00Z",
+            "object": _guarded_pod("guard", "ops", node="n1", rv="2"),
+        },
+        {
+            "type": "ADDED",
+            "ts": "2026-01-01T00:00:00Z",
+            "object": _guarded_pod("p", "alpha", node=None, rv="3"),
+        },
+        {"type": "ADDED", "ts": "2026-01-01T00:00:00Z", "object": _namespace("alpha", {"team": "b"}, rv="4")},
+    ]
+
+
+def test_a_namespace_event_rejected_while_deciding_leaves_the_labels_as_they_were() -> None:
+    failing = {"now": False}
+
+    def decide(*args: Any, **kwargs: Any) -> Any:
+        if failing["now"]:
+            raise RuntimeError("injected")
+        return flows.decide(*args, **kwargs)
+
+    ctl = Controller("c", Config(), decide=decide)
+    for e in _first_events():
+        ctl.handle(e)
+    failing["now"] = True
+    relabel = {
+        "type": "MODIFIED",
+        "ts": "2026-01-01T00:01:00Z",
+        "object": _namespace("alpha", {"team": "a"}, rv="5"),
+    }
+    with pytest.raises(BadEvent):
+        ctl.handle(relabel)  # the change wakes p, whose decision fails: the event is undone
+    assert ctl.cluster.namespace_labels("alpha")["team"] == "b"
+    assert ctl.cluster.held_version("Namespace", "alpha") == "4"
+    failing["now"] = False
+    assert [d["outcome"] for d in ctl.handle(relabel)] == ["preempt"]
+
+
+def test_a_restored_worker_knows_the_namespaces_labels() -> None:
+    ctl = Controller("c", Config())
+    for e in _first_events():
+        ctl.handle(e)
+    stored = [orjson.loads(v) for v in ctl.dirty.values() if v is not None]
+    again = Controller.restore(config=Config(), key=None, state=ctl.state(), objects_raw=stored)
+    assert again.cluster.namespaces == ctl.cluster.namespaces
+    assert again.cluster.namespace_labels("alpha")["team"] == "b"
 
 
 # ---- property: a selector decides as the namespaces whose labels it matches ------------------
