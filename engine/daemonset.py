@@ -9,17 +9,18 @@ DaemonSet pod can run on one node only, so there is no node choice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Required, TypedDict, cast
 
 from engine import decision as decision_mod
-from engine import default, interpod, placement, resources, timeutil
+from engine import default, flowbase, interpod, placement, reference, resources, timeutil
 from engine.cluster import Cluster, NodeState
 from engine.config import Config
 from engine.decision import FITS, PREEMPT, UNSCHEDULABLE, WAIT, Decision
 from engine.default import Preemptor
+from engine.flowbase import Told, as_dict, as_list
 from engine.objects import Pod
 from engine.resources import Resources
 from engine.victims import leaving, to_victims
@@ -317,3 +318,153 @@ def decide(cluster: Cluster, pod: Pod, *, now: int, config: Config) -> Decision:
         UNSCHEDULABLE,
         f"no strategy frees {', '.join(f'{k} {v}' for k, v in short.items())} on {node}",
     )
+
+
+# ---- the flow, as the registry (engine.flows) holds it ------------------------------------
+
+NAME = "daemonset"
+
+# One ordered candidate on the required node (`_explain_candidate`); `class` is a keyword.
+CandidateExplanation = TypedDict(
+    "CandidateExplanation",
+    {
+        "pod": str,
+        "class": str,  # CLASS_NAMES
+        "priority": int,
+        "created": str | None,
+        "requests": dict[str, str],
+        "deviationPercent": float | None,
+    },
+)
+
+
+class StrategyAttempt(TypedDict):
+    strategy: str  # single | multiple
+    result: str
+
+
+class Explanation(TypedDict, total=False):
+    """A DaemonSet-flow decision's `explanation`."""
+
+    flow: Required[str]
+    node: Required[str | None]  # the required node
+    preemptorPriority: Required[int]
+    request: Required[dict[str, str]]
+    notModelled: list[str]  # interpod.NOT_MODELLED
+    free: dict[str, str]  # on the required node, for the requested resources
+    reservationAgeSeconds: float | None  # with a start delay configured
+    candidates: list[CandidateExplanation]  # the first EXPLAIN_CANDIDATES, in order
+    candidateCount: int
+    required: list[str]  # pods in the way of the inter-pod filters, evicted whatever the strategy
+    strategies: list[StrategyAttempt]  # in the order tried
+
+
+def _explanation(d: Mapping[str, Any]) -> Explanation:
+    return cast(Explanation, flowbase.explanation_of(d))
+
+
+def _res(value: Any) -> str:
+    """{"cpu": "1", "pods": "1"} -> "cpu 1, pods 1"."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(as_dict(value).items())) or "nothing"
+
+
+class DaemonSetFlow:
+    """A DaemonSet pod, alone: preemption on its one required node."""
+
+    name = NAME
+    explanation = Explanation
+
+    def applies(self, cluster: Cluster, pods: Sequence[Pod]) -> bool:
+        return len(pods) == 1 and pods[0].daemonset
+
+    def decide(
+        self, cluster: Cluster, pods: Sequence[Pod], *, now: int, config: Config, index: object
+    ) -> Decision:
+        return decide(cluster, pods[0], now=now, config=config)  # one node: no index to rank
+
+    def reference(
+        self, cluster: Cluster, pods: Sequence[Pod], now: int, config: Config
+    ) -> dict[str, Any] | None:
+        return reference.decide_daemonset(cluster, pods[0], now, config)
+
+    def places(self, pod: str, d: Mapping[str, Any]) -> bool:
+        return False  # one preemptor, the record's own
+
+    def explain_preemptor(self, pod: str, d: Mapping[str, Any]) -> Told:
+        """Its required node, what it asks and what is free there, and each strategy's result."""
+        ex = _explanation(d)
+        outcome, reason = str(d.get("outcome")), str(d.get("reason"))
+        victims = flowbase.victim_keys(d)
+        details = [
+            f"DaemonSet pod: only its required node {ex.get('node')} counts (request "
+            f"{_res(ex.get('request'))}; free {_res(ex.get('free'))})"
+        ]
+        for s in as_list(ex.get("strategies")):
+            if isinstance(s, dict):
+                details.append(f"strategy {s.get('strategy')}: {s.get('result')}")
+        details.append(f"outcome {outcome}: {reason}")
+        summary = f"{outcome} on {ex.get('node')}" + (f", evicting {', '.join(victims)}" if victims else "")
+        return Told(details, {"node": d.get("node") or ex.get("node")}, summary)
+
+    def explain_victim(self, pod: str, d: Mapping[str, Any], victim: Mapping[str, Any]) -> Told:
+        """Its place in the candidate order on the required node, and the strategy that took it."""
+        ex = _explanation(d)
+        candidates = [c for c in as_list(ex.get("candidates")) if isinstance(c, dict)]
+        position = next((i for i, c in enumerate(candidates) if c.get("pod") == pod), None)
+        strategies = [s for s in as_list(ex.get("strategies")) if isinstance(s, dict)]
+        used = strategies[-1] if strategies else {}
+        facts = {
+            "preemptorPriority": ex.get("preemptorPriority"),
+            "position": None if position is None else position + 1,
+            "strategy": used.get("strategy"),
+        }
+        lines = [
+            f"DaemonSet pod {d.get('preemptor')} needs its required node {ex.get('node')} (request "
+            f"{_res(ex.get('request'))}; free {_res(ex.get('free'))})"
+        ]
+        if position is not None:
+            me = candidates[position]
+            lines.append(
+                f"candidate {position + 1} of {ex.get('candidateCount', len(candidates))} in the order "
+                f"(class regular < owner < opt-out, then lower priority, then younger, then larger): class "
+                f"{me.get('class')}, priority {me.get('priority')}, created {me.get('created')}"
+            )
+        if used:
+            lines.append(f"strategy {used.get('strategy')}: {used.get('result')}")
+        return Told(lines, facts)
+
+    def explain_survivor(self, pod: str, d: Mapping[str, Any]) -> Told | None:
+        """A candidate on the required node that the strategy did not need."""
+        ex = _explanation(d)
+        outcome = d.get("outcome")
+        victims = flowbase.victim_keys(d)
+        evicted = ", ".join(victims) or "no one"
+        candidates = [c for c in as_list(ex.get("candidates")) if isinstance(c, dict)]
+        position = next((i for i, c in enumerate(candidates) if c.get("pod") == pod), None)
+        if position is None:
+            return None
+        strategies = [s for s in as_list(ex.get("strategies")) if isinstance(s, dict)]
+        used = strategies[-1] if strategies else {}
+        facts = {
+            "node": ex.get("node"),
+            "as": "daemonset-candidate",
+            "position": position + 1,
+            "victims": victims,
+        }
+        details = [
+            f"candidate {position + 1} of {ex.get('candidateCount', len(candidates))} on {ex.get('node')}"
+            f" (class {candidates[position].get('class')}, priority {candidates[position].get('priority')},"
+            f" created {candidates[position].get('created')})"
+        ]
+        if outcome == "preempt":
+            details.append(
+                f"strategy {used.get('strategy')} ({used.get('result')}) took {evicted}: enough room "
+                "without this pod"
+            )
+        return Told(details, facts, f"spared on {ex.get('node')}: {outcome}, evicted {evicted}")
+
+    def unnamed_spared(self, d: Mapping[str, Any]) -> str | None:
+        return None  # no note for this flow: its answers say what the record lists
+
+
+FLOW = DaemonSetFlow()

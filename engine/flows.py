@@ -1,41 +1,147 @@
-"""Flow selection and the decision entry point every caller uses.
+"""The flows as one protocol, their registry, and the decision entry point every caller uses.
 
-Per pending preemptor (docs/semantics.md): a DaemonSet pod takes the DaemonSet flow; a
-pod with the pod-group label or in an ElasticQuota takes the job flow; anything
-else the default flow. `decide` is the one function the CLI, the streaming
-worker and the audit replay call.
+Per pending preemptor (docs/semantics.md) the first flow of the registry that
+applies decides: a DaemonSet pod takes the DaemonSet flow; a gang of several pods,
+or a pod charged to an ElasticQuota, the job flow; anything else the default flow,
+the catch-all, always last. `decide` is the one function the CLI, the streaming
+worker and the audit replay call; `preemptctl explain` and `preemptctl bench engine`
+reach a flow through this registry too, never by its name spelled out.
+
+A flow is one module implementing `Flow` (engine/default.py, engine/job.py,
+engine/daemonset.py): its name, when it applies, `decide`, the shape of its
+records' `explanation` (a TypedDict), the literal reference it is benchmarked
+against, and how it explains its own records. Adding a flow is its module and
+one entry in `BUILTIN`, plus the `flow` enum of schemas/decisions.schema.json
+(tests/test_flows.py holds the two equal). `registered` adds one for a test only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from typing import Any, Protocol
 
-from engine import daemonset, default, interpod, job
-from engine import decision as decision_mod
+from engine import daemonset, default, job
 from engine.cluster import Cluster
 from engine.config import Config
-from engine.decision import FITS, PREEMPT, UNSCHEDULABLE, WAIT, Decision
+from engine.decision import Decision
+from engine.flowbase import Told
 from engine.index import Index
 from engine.objects import Pod
-from engine.victims import to_victims
 
 
-def in_job(cluster: Cluster, pod: Pod) -> bool:
-    """Job flow membership: a pod-group member, or a pod charged to an ElasticQuota.
+class Flow(Protocol):
+    """One way of deciding for a pending preemptor (kube-scheduler's preemption `Interface`)."""
 
-    A quota label alone is not enough: when it names no quota and the namespace has
-    none, the pod is charged to nothing (`job.quota_of`) and takes the default flow.
-    """
-    return job.is_job_pod(cluster, pod)
+    @property
+    def name(self) -> str:
+        """The record's `flow` (schemas/decisions.schema.json)."""
+        ...
+
+    @property
+    def explanation(self) -> type[Mapping[str, Any]]:
+        """The TypedDict of this flow's records' `explanation`: every key its decisions write."""
+        ...
+
+    def applies(self, cluster: Cluster, pods: Sequence[Pod]) -> bool:
+        """Whether this flow takes these pods (one preemptor, or every pending member of a gang),
+        given that no flow before it in the registry did."""
+        ...
+
+    def decide(
+        self, cluster: Cluster, pods: Sequence[Pod], *, now: int, config: Config, index: Index
+    ) -> Decision: ...
+
+    def reference(
+        self, cluster: Cluster, pods: Sequence[Pod], now: int, config: Config
+    ) -> dict[str, Any] | None:
+        """engine.reference's answer to the same question, as {outcome, node or placements,
+        victims: sorted keys}; None where the reference does not cover this config."""
+        ...
+
+    # Explaining a record of this flow (streams.audit.explain); `pod` is namespace/name and
+    # `d` the record as read back from the log (engine.flowbase says how to read it).
+
+    def places(self, pod: str, d: Mapping[str, Any]) -> bool:
+        """Whether `pod` is one of the pods the record decides for, other than its `preemptor`
+        (a gang member)."""
+        ...
+
+    def explain_preemptor(self, pod: str, d: Mapping[str, Any]) -> Told:
+        """`pod` asked for room (the preemptor, or a pod it `places`): where it went and why, or
+        why it stays pending. The summary is the flow's; facts follow outcome, reason, victims."""
+        ...
+
+    def explain_victim(self, pod: str, d: Mapping[str, Any], victim: Mapping[str, Any]) -> Told:
+        """`pod` is the record's `victim` entry: why it was eligible and why it, not its neighbours.
+        Facts start with `preemptorPriority`; the summary is the explainer's."""
+        ...
+
+    def explain_survivor(self, pod: str, d: Mapping[str, Any]) -> Told | None:
+        """`pod` is not a victim: if the record names it as a candidate victim, why it was spared."""
+        ...
+
+    def unnamed_spared(self, d: Mapping[str, Any]) -> str | None:
+        """When the record may have spared pods it does not name, the explainer's note about it
+        (worded after "N <flow>-flow decision(s) "); else None."""
+        ...
+
+
+# Order is precedence: the first flow that applies decides. The last applies to anything.
+BUILTIN: tuple[Flow, ...] = (daemonset.FLOW, job.FLOW, default.FLOW)
+
+# The flows in force: the built-ins, plus any a test registers for the duration of a
+# `with registered(...)` (a context variable: nothing leaks past the block, nor to other threads).
+_FLOWS: ContextVar[tuple[Flow, ...]] = ContextVar("flows", default=BUILTIN)
+
+
+def registry() -> tuple[Flow, ...]:
+    """Every flow in force, in precedence order."""
+    return _FLOWS.get()
+
+
+def names() -> tuple[str, ...]:
+    return tuple(f.name for f in _FLOWS.get())
+
+
+def named(name: object) -> Flow | None:
+    """The flow whose records say `flow: name`, if any."""
+    return next((f for f in _FLOWS.get() if f.name == name), None)
+
+
+def of_record(d: Mapping[str, Any]) -> Flow:
+    """The flow that explains a decision record: its own, else (a record of a flow no longer or
+    not yet known) the catch-all's, which reads whatever it finds."""
+    return named(d.get("flow")) or _FLOWS.get()[-1]
+
+
+@contextlib.contextmanager
+def registered(flow: Flow, *, before: str | None = None) -> Iterator[Flow]:
+    """Add `flow` to the registry inside the block only: before the flow named `before`, by
+    default before the catch-all (which stays last)."""
+    flows = _FLOWS.get()
+    if named(flow.name) is not None:
+        raise ValueError(f"a flow named {flow.name!r} is already registered")
+    target = flows[-1].name if before is None else before
+    at = next((i for i, f in enumerate(flows) if f.name == target), None)
+    if at is None:
+        raise ValueError(f"no flow named {target!r} to register {flow.name!r} before")
+    token = _FLOWS.set((*flows[:at], flow, *flows[at:]))
+    try:
+        yield flow
+    finally:
+        _FLOWS.reset(token)
+
+
+def select(cluster: Cluster, pods: Sequence[Pod]) -> Flow:
+    """The flow that decides for these pods: the first in the registry that applies."""
+    flows = _FLOWS.get()
+    return next((f for f in flows[:-1] if f.applies(cluster, pods)), flows[-1])
 
 
 def select_flow(cluster: Cluster, pods: Sequence[Pod]) -> str:
-    if len(pods) == 1 and pods[0].daemonset:
-        return "daemonset"
-    if len(pods) > 1 or any(in_job(cluster, p) for p in pods):
-        return "job"
-    return "default"
+    return select(cluster, pods).name
 
 
 def decide(
@@ -51,45 +157,5 @@ def decide(
     Pass the same `index` for every decision over one cluster (the streaming
     worker does): its rankings then stay current incrementally.
     """
-    flow = select_flow(cluster, pods)
-    if flow == "daemonset":
-        return daemonset.decide(cluster, pods[0], now=now, config=config)
-    if flow == "job":
-        return job.decide(cluster, pods, now=now, config=config, index=index)
-    return decide_default(cluster, pods[0], now=now, config=config, index=index)
-
-
-def decide_default(
-    cluster: Cluster, pod: Pod, *, now: int, config: Config, index: Index | None = None
-) -> Decision:
-    missing = interpod.not_modelled([pod])
-    if missing:
-        not_modelled: dict[str, Any] = {"flow": "default", interpod.NOT_MODELLED: missing}
-        return decision_mod.maker("default", pod.key, pod.uid, not_modelled)(
-            UNSCHEDULABLE, interpod.not_modelled_reason(missing)
-        )
-    pre = default.preemptor(cluster, pod)
-    scan = (index or Index(cluster)).scan(pre, now, config.victim_selection)
-    explanation = scan.explanation
-    explanation["preemptorPriority"] = pre.priority
-    explanation["victimSelection"] = config.victim_selection
-
-    make = decision_mod.maker("default", pod.key, pod.uid, explanation)
-
-    if scan.fitting is not None:
-        return make(FITS, f"fits on {scan.fitting} without preemption", node=scan.fitting)
-    if not default.may_preempt(cluster, pod):
-        return make(UNSCHEDULABLE, "preemptionPolicy is Never: the pod may not preempt")
-    waiting = default.waiting_on_nominated(cluster, pre)
-    if waiting is not None:
-        return make(WAIT, waiting)
-    best = scan.best
-    if best is None:
-        return make(UNSCHEDULABLE, "no node can make room by evicting lower-priority pods")
-    explanation["chosen"] = default.criteria(best, cluster, detail=True)
-    return make(
-        PREEMPT,
-        f"preempt {len(best.victims)} pod(s) on {best.node}",
-        node=best.node,
-        victims=to_victims(best.victims, cluster, action=config.victim_action),
-    )
+    flow = select(cluster, pods)
+    return flow.decide(cluster, pods, now=now, config=config, index=index or Index(cluster))

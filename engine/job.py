@@ -22,15 +22,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, Required, TypedDict, cast
 
 from engine import decision as decision_mod
-from engine import default, interpod, quantity, resources
+from engine import default, flowbase, interpod, quantity, reference, resources
 from engine import index as index_mod
 from engine.cluster import Cluster, NodeState
 from engine.config import Config
 from engine.decision import DELETE, FITS, LABEL, PREEMPT, UNSCHEDULABLE, WAIT, Decision, Victim
 from engine.default import NodeEval, Preemptor
+from engine.flowbase import Told, as_dict, as_list
 from engine.index import Index
 from engine.objects import PREEMPT_LOWER, PREEMPT_NEVER, ElasticQuota, Pod
 from engine.resources import Resources
@@ -831,3 +832,198 @@ def decide(
         **where(placements),
         victims=_mark(victims, cluster, config),
     )
+
+
+# ---- the flow, as the registry (engine.flows) holds it ------------------------------------
+
+NAME = "job"
+
+
+class QuotaCheck(TypedDict):
+    """One admission formula for one resource, with its numbers (`admission`)."""
+
+    resource: str
+    formula: str
+    value: str
+    limit: str
+    ok: bool
+
+
+class QuotaExplanation(TypedDict):
+    quota: str  # namespace/name
+    min: dict[str, str]
+    max: dict[str, str]
+    used: dict[str, str]
+    nonPreemptibleUsed: dict[str, str]
+    nonPreemptibleRequest: dict[str, str]
+    preemptibleRequest: dict[str, str]
+    checks: list[QuotaCheck]
+
+
+class MemberPlacement(TypedDict):
+    """One member's placement step (`_Placer.place`); only `fits` when it fits."""
+
+    member: str
+    node: str | None
+    how: str  # fits | preempt | unplaceable
+    candidates: NotRequired[list[default.Criteria]]
+    candidateCount: NotRequired[int]
+    rejected: NotRequired[list[default.RejectedNode]]
+    rejectedCount: NotRequired[int]
+
+
+class Explanation(TypedDict, total=False):
+    """A job-flow decision's `explanation`."""
+
+    flow: Required[str]
+    job: Required[str]
+    members: Required[list[str]]  # namespace/name, in name order
+    jobPriority: Required[int]
+    victimSelection: Required[str]
+    quotas: Required[list[QuotaExplanation]]
+    notModelled: list[str]  # interpod.NOT_MODELLED
+    placements: list[MemberPlacement]  # once the quotas admit the job
+    victims: list[str]  # a preempt: after the give-back pass
+
+
+def _explanation(d: Mapping[str, Any]) -> Explanation:
+    return cast(Explanation, flowbase.explanation_of(d))
+
+
+def _placements(d: Mapping[str, Any]) -> dict[str, Any]:
+    """Every member's node: `placements` for a gang of several, `node` for a single-pod job preemptor."""
+    placements = as_dict(d.get("placements"))
+    if not placements and d.get("node"):
+        members = as_list(_explanation(d).get("members")) or [d.get("preemptor")]
+        placements = {str(members[0]): d.get("node")}
+    return placements
+
+
+class JobFlow:
+    """Job-level preemption on ElasticQuota: a gang of several pods, or a pod charged to a quota."""
+
+    name = NAME
+    explanation = Explanation
+
+    def applies(self, cluster: Cluster, pods: Sequence[Pod]) -> bool:
+        # A quota label alone is not enough: when it names no quota and the namespace has
+        # none, the pod is charged to nothing (`quota_of`) and takes the default flow.
+        return len(pods) > 1 or any(is_job_pod(cluster, p) for p in pods)
+
+    def decide(
+        self, cluster: Cluster, pods: Sequence[Pod], *, now: int, config: Config, index: Index
+    ) -> Decision:
+        return decide(cluster, pods, now=now, config=config, index=index)
+
+    def reference(
+        self, cluster: Cluster, pods: Sequence[Pod], now: int, config: Config
+    ) -> dict[str, Any] | None:
+        return reference.decide_job(cluster, list(pods), now, config)
+
+    def places(self, pod: str, d: Mapping[str, Any]) -> bool:
+        return pod in as_list(_explanation(d).get("members")) or pod in _placements(d)
+
+    def explain_preemptor(self, pod: str, d: Mapping[str, Any]) -> Told:
+        """Where each member went (or which member could not be placed), and the quota checks."""
+        ex = _explanation(d)
+        outcome, reason = str(d.get("outcome")), str(d.get("reason"))
+        placements = _placements(d)
+        facts: dict[str, Any] = {"placements": placements}
+        if pod != d.get("preemptor"):
+            facts["node"] = placements.get(pod)
+        where = (
+            f"{pod} on {placements[pod]}"
+            if pod in placements
+            else ", ".join(f"{m} on {n}" for m, n in sorted(placements.items()))
+        )
+        details = [
+            f"job {ex.get('job')} (priority {ex.get('jobPriority')}), members: "
+            f"{', '.join(str(m) for m in as_list(ex.get('members')))}"
+        ]
+        for step in as_list(ex.get("placements")):
+            if isinstance(step, dict):
+                details.append(
+                    f"member {step.get('member')}: {step.get('how')}"
+                    f"{' on ' + str(step.get('node')) if step.get('node') else ''}"
+                    f" ({step.get('candidateCount', 0)} candidate node(s), "
+                    f"{step.get('rejectedCount', 0)} rejected)"
+                )
+        for q in as_list(ex.get("quotas")):
+            for c in as_list(as_dict(q).get("checks")):
+                if isinstance(c, dict) and not c.get("ok"):
+                    details.append(
+                        f"quota {as_dict(q).get('quota')} fails for {c.get('resource')}: "
+                        f"{c.get('formula')}: {c.get('value')} > {c.get('limit')}"
+                    )
+        details.append(f"outcome {outcome}: {reason}")
+        return Told(details, facts, f"{outcome}: {where or reason}")
+
+    def explain_victim(self, pod: str, d: Mapping[str, Any], victim: Mapping[str, Any]) -> Told:
+        """Eligible for the job, and not given back in the job's final pass."""
+        ex = _explanation(d)
+        node = str(victim.get("node"))
+        placements = _placements(d)
+        here = sorted(m for m, n in placements.items() if n == node)
+        facts = {"preemptorPriority": ex.get("jobPriority"), "membersOnNode": here}
+        lines = [
+            f"job {ex.get('job')} (priority {ex.get('jobPriority')}) places {len(placements)} member(s): "
+            + ", ".join(f"{m} on {n}" for m, n in sorted(placements.items())),
+            f"eligible: preemptible and priority {victim.get('priority')} below the job's "
+            f"{ex.get('jobPriority')}",
+            f"all eligible pods were removed, the members placed, then pods given back most important "
+            f"first while {', '.join(here) or 'the members'} on {node} still fit and the job's quota "
+            "held: this one could not come back",
+        ]
+        if str(victim.get("action")) == LABEL:
+            lines.append(
+                "soft eviction: the pod is labelled for its owner to remove (podShouldBeDeletedWhenPreempted "
+                "is false), not deleted"
+            )
+        return Told(lines, facts)
+
+    def explain_survivor(self, pod: str, d: Mapping[str, Any]) -> Told | None:
+        """A candidate victim for some member: given back in the final pass, or on a node that lost."""
+        ex = _explanation(d)
+        evicted = ", ".join(flowbase.victim_keys(d)) or "no one"
+        placements = _placements(d)
+        mode = str(ex.get("victimSelection") or "kubernetes")
+        for step in as_list(ex.get("placements")):
+            if not isinstance(step, dict):
+                continue
+            candidates = [c for c in as_list(step.get("candidates")) if isinstance(c, dict)]
+            mine = next((c for c in candidates if pod in as_list(c.get("victimPods"))), None)
+            if mine is None:
+                continue
+            member, node = step.get("member"), mine.get("node")
+            facts: dict[str, Any] = {"node": node, "member": member, "memberNode": step.get("node")}
+            if d.get("outcome") != "preempt":
+                facts["as"] = "no-eviction"
+                details = [
+                    f"a candidate victim on {node} while placing {member}, but the job evicted no one: "
+                    f"{d.get('outcome')} ({d.get('reason')})"
+                ]
+            elif node == step.get("node") or node in placements.values():
+                facts["as"] = "reprieved"
+                details = [
+                    f"a candidate victim on {node} while placing {member}",
+                    "given back in the job's final pass (most important first) because every member "
+                    f"placed on {node} still fit and the quota held with it",
+                    f"evicted instead: {evicted}",
+                ]
+            else:
+                facts["as"] = "other-candidate-node"
+                chosen = next((c for c in candidates if c.get("node") == step.get("node")), None)
+                why = (
+                    default.rank_reason(chosen, mine, mode)[1]
+                    if chosen
+                    else f"{member} went to {step.get('node')}"
+                )
+                details = [f"it would have been a victim on {node} for member {member}", f"but {why}"]
+            return Told(details, facts, f"spared by job {ex.get('job')}")
+        return None
+
+    def unnamed_spared(self, d: Mapping[str, Any]) -> str | None:
+        return None  # no note for this flow: its answers say what the record lists
+
+
+FLOW = JobFlow()

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
+from engine import default
 from engine.config import Config, parse
 from streams.audit import explain
 from streams.cli import main
@@ -243,17 +244,17 @@ def test_rank_reason_follows_the_engine_order() -> None:
         }
         return base | kw
 
-    assert explain.rank_reason(cand("a"), cand("b", pdbViolations=1), "kubernetes")[0] == "pdbViolations"
-    assert explain.rank_reason(cand("a"), cand("b", highestVictimPriority=11), "kubernetes")[0] == (
+    assert default.rank_reason(cand("a"), cand("b", pdbViolations=1), "kubernetes")[0] == "pdbViolations"
+    assert default.rank_reason(cand("a"), cand("b", highestVictimPriority=11), "kubernetes")[0] == (
         "highestVictimPriority"
     )
     fewer = cand("a", victims=1, prioritySum=10)
-    assert explain.rank_reason(fewer, cand("b"), "kubernetes")[0] == "shiftedSum"
-    assert explain.rank_reason(fewer, cand("b"), "minimal")[0] == "victims"
+    assert default.rank_reason(fewer, cand("b"), "kubernetes")[0] == "shiftedSum"
+    assert default.rank_reason(fewer, cand("b"), "minimal")[0] == "victims"
     later = cand("a", earliestStartOfHighest="2026-01-02T00:00:00Z")
-    assert explain.rank_reason(later, cand("b"), "kubernetes")[0] == "earliestStartOfHighest"
-    assert explain.rank_reason(later, cand("b"), "minimal")[0] == "earliestStartOfHighest"
-    assert explain.rank_reason(cand("a"), cand("b"), "kubernetes")[0] == "node"
+    assert default.rank_reason(later, cand("b"), "kubernetes")[0] == "earliestStartOfHighest"
+    assert default.rank_reason(later, cand("b"), "minimal")[0] == "earliestStartOfHighest"
+    assert default.rank_reason(cand("a"), cand("b"), "kubernetes")[0] == "node"
 
 
 def test_command_line(
