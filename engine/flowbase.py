@@ -28,7 +28,7 @@ class Told:
 
     `details` are the answer's lines, in order; `facts` its machine-readable part,
     added after the facts every flow shares (their order is the JSON answer's);
-    `summary` the one-line answer, or None where the explainer words it for every flow.
+    `summary` the one-line answer, or None for the explainer's wording, the same for every flow.
     """
 
     details: list[str] = field(default_factory=list)

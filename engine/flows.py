@@ -70,7 +70,7 @@ class Flow(Protocol):
 
     def explain_preemptor(self, pod: str, d: Mapping[str, Any]) -> Told:
         """`pod` asked for room (the preemptor, or a pod it `places`): where it went and why, or
-        why it stays pending. The summary is the flow's; facts follow outcome, reason, victims."""
+        why it stays pending. Facts follow outcome, reason, victims; no summary: "outcome: reason"."""
         ...
 
     def explain_victim(self, pod: str, d: Mapping[str, Any], victim: Mapping[str, Any]) -> Told:
@@ -79,7 +79,8 @@ class Flow(Protocol):
         ...
 
     def explain_survivor(self, pod: str, d: Mapping[str, Any]) -> Told | None:
-        """`pod` is not a victim: if the record names it as a candidate victim, why it was spared."""
+        """`pod` is not a victim: if the record names it as a candidate victim, why it was spared
+        (no summary: "spared by <preemptor>")."""
         ...
 
     def unnamed_spared(self, d: Mapping[str, Any]) -> str | None:

@@ -177,7 +177,8 @@ def _survivor(pod: str, d: Mapping[str, Any], base: dict[str, Any]) -> Finding |
     told = flows.of_record(d).explain_survivor(pod, d)
     if told is None:
         return None
-    return Finding(role=SURVIVOR, summary=str(told.summary), details=told.details, facts=told.facts, **base)
+    summary = told.summary if told.summary is not None else f"spared by {d.get('preemptor')}"
+    return Finding(role=SURVIVOR, summary=summary, details=told.details, facts=told.facts, **base)
 
 
 def _preemptor(pod: str, d: Mapping[str, Any], base: dict[str, Any]) -> Finding:
@@ -189,7 +190,8 @@ def _preemptor(pod: str, d: Mapping[str, Any], base: dict[str, Any]) -> Finding:
     told = flows.of_record(d).explain_preemptor(pod, d)
     facts.update(told.facts)
     role = PREEMPTOR if pod == d.get("preemptor") else MEMBER
-    return Finding(role=role, summary=str(told.summary), details=told.details, facts=facts, **base)
+    summary = told.summary if told.summary is not None else f"{facts['outcome']}: {facts['reason']}"
+    return Finding(role=role, summary=summary, details=told.details, facts=facts, **base)
 
 
 def _is_preemptor(pod: str, d: Mapping[str, Any]) -> bool:
