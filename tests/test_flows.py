@@ -25,7 +25,9 @@ from typing import Any, Literal, TypedDict
 
 import orjson
 import pytest
+import yaml
 
+from engine import case as case_mod
 from engine import cluster as cluster_mod
 from engine import decision as decision_mod
 from engine import flows, objects, timeutil
@@ -171,6 +173,18 @@ def test_every_explanation_is_what_its_flows_typeddict_says(decisions: list[dict
     # The stories reach every flow, and each flow's preemptions and non-preemptions.
     assert set(seen) == set(flows.names())
     assert all("preempt" in outcomes and len(outcomes) > 1 for outcomes in seen.values()), seen
+
+
+CASES = sorted((Path(__file__).resolve().parent / "conformance" / "cases").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_conformance_cases_explanation_is_what_its_flows_typeddict_says(path: Path) -> None:
+    """The edge cases too: not modelled, inter-pod filters, quotas, toleration, departures."""
+    d = case_mod.answer(case_mod.load(yaml.safe_load(path.read_text()), where=str(path)))
+    flow = flows.named(d.flow)
+    assert flow is not None and d.explanation["flow"] == d.flow
+    assert _problems(orjson.loads(orjson.dumps(d.explanation)), flow.explanation, "explanation") == []
 
 
 def test_the_checker_catches_a_key_no_typeddict_names(decisions: list[dict[str, Any]]) -> None:
