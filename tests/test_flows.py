@@ -44,8 +44,8 @@ from streams.cli import main
 from streams.common.errors import UsageError
 from streams.pipeline import fold
 from streams.sim import mixed, traces
-from tests import audit_traces, gen
-from tests.flowgen import ds_pod, jpod, quota
+from tests.support import audit_traces, gen
+from tests.support.flowgen import ds_pod, jpod, quota
 
 SCHEMA = Path(records.__file__).parent / "decisions.schema.json"
 
