@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streams.common import options
 
 CASES = Path(__file__).resolve().parent / "conformance" / "cases"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "cases"
@@ -149,3 +155,26 @@ def test_a_case_reads_the_same_whatever_its_name_says(
     if not as_flow_yaml:
         monkeypatch.setattr(yaml, "load", lambda *_, **__: pytest.fail("JSON content went to PyYAML"))
     assert cases.read(case) == raw
+
+
+@given(
+    st.one_of(
+        st.text(max_size=12),
+        st.floats(allow_nan=True, allow_infinity=True).map(repr),
+        st.integers(-(10**6), 10**6).map(str),
+        st.sampled_from(["nan", "inf", "-inf", "1e999", " 3 ", "0", "1", "0.5", "1_000"]),
+    ),
+    st.sampled_from([int, float]),
+    st.booleans(),
+)
+def test_a_bounded_number_is_within_its_bounds_or_one_clear_error(text: str, kind: type, above: bool) -> None:
+    """Every command's numeric options read through `options.bounded`: whatever is typed, the
+    value is finite and within bounds, or argparse gets one line naming what was expected."""
+    parse = options.bounded(kind, least=0, most=500, above=above, what="a thing from 0 to 500")
+    try:
+        value = parse(text)
+    except argparse.ArgumentTypeError as exc:
+        assert str(exc).startswith("expected a thing from 0 to 500, got ")
+        return
+    assert isinstance(value, kind) and math.isfinite(value)
+    assert (value > 0 if above else value >= 0) and value <= 500

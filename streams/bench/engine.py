@@ -62,6 +62,7 @@ from engine.decision import FITS, PREEMPT, Decision
 from engine.index import Index
 from engine.objects import Pod
 from streams.bench import machine
+from streams.common import options
 from streams.common.errors import UsageError
 from streams.sim import mixed, workloads
 
@@ -513,14 +514,7 @@ def _cpus(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def _share(text: str) -> float:
-    try:
-        share = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a share must be a number from 0 to 1, got {text!r}") from None
-    if not 0.0 <= share <= 1.0:
-        raise argparse.ArgumentTypeError(f"a share must be from 0 to 1, got {text!r}")
-    return share
+_share = options.bounded(float, least=0, most=1, what="a share from 0 to 1")
 
 
 def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -544,7 +538,7 @@ def register(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--workload", choices=("uniform", "mixed"), default="uniform")
     p.add_argument(
         "--interpod",
-        type=float,
+        type=_share,
         default=0.0,
         metavar="SHARE",
         help="mixed: the share of workloads (and of preemptor shapes) carrying required anti-affinity "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from schemas import records
 from schemas.names import dns_label
-from streams.common import health, signing
+from streams.common import health, options, signing
 from streams.common.errors import UsageError
 from streams.kafka import acls, connection, lag
 from streams.kafka import topics as topics_mod
@@ -136,24 +136,8 @@ def _namespaces(value: str) -> tuple[str, ...]:
     return names
 
 
-def _seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if not number >= 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, at least 0, got {value[:40]!r}")
-    return number
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value[:40]!r}")
-    return number
+_seconds = options.bounded(float, least=0, what="a number of seconds, at least 0")
+_positive = options.bounded(int, least=1, what="a whole number of at least 1")
 
 
 def cmd_actuator(args: argparse.Namespace) -> int:
@@ -188,14 +172,12 @@ def cmd_actuator(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fetch_wait(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of milliseconds: {text!r}") from None
-    if not 0 <= value <= actuator_mod.MAX_FETCH_MAX_WAIT_MS:
-        raise argparse.ArgumentTypeError(f"must be between 0 and {actuator_mod.MAX_FETCH_MAX_WAIT_MS} ms")
-    return value
+_fetch_wait = options.bounded(
+    int,
+    least=0,
+    most=actuator_mod.MAX_FETCH_MAX_WAIT_MS,
+    what=f"a whole number of milliseconds from 0 to {actuator_mod.MAX_FETCH_MAX_WAIT_MS}",
+)
 
 
 def scope_of(args: argparse.Namespace) -> tuple[str, ...] | None:

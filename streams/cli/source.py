@@ -6,7 +6,7 @@ import argparse
 import asyncio
 
 from schemas import records
-from streams.common import health
+from streams.common import health, options
 from streams.common.errors import UsageError
 from streams.kafka import connection, topics
 from streams.kafka.sink import KafkaSink
@@ -65,11 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=cmd_source)
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
+_positive_float = options.bounded(float, least=0, above=True, what="a number above 0")
 
 
 def cmd_source(args: argparse.Namespace) -> int:

@@ -1,12 +1,17 @@
-"""Files that several commands take: the engine config (`--config`) and the HMAC key (`--hmac-key-file`).
+"""What several commands take: the engine config (`--config`), the HMAC key (`--hmac-key-file`),
+and numbers within bounds (`bounded`, an argparse `type=`).
 
 One reading of each, so every command rejects the same bad input the same way:
-one line naming the file, exit 2.
+one line naming the file or the value, exit 2.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 
@@ -14,6 +19,32 @@ from engine import config as config_mod
 from engine.errors import InvalidConfig
 from streams.common import logs
 from streams.common.errors import UsageError
+
+N = TypeVar("N", int, float)
+
+
+def bounded(
+    kind: type[N], *, least: float, most: float = math.inf, above: bool = False, what: str
+) -> Callable[[str], N]:
+    """An argparse `type=` for a whole number (`int`) or a finite number (`float`) from `least`
+    (excluded when `above`) to `most`: NaN, infinities and words are refused alike, with one
+    line saying what was `what` expected."""
+
+    def parse(text: str) -> N:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if (
+            value is None
+            or not math.isfinite(value)
+            or (value <= least if above else value < least)
+            or value > most
+        ):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text[:40]!r}")
+        return value
+
+    return parse
 
 
 def load_config(path: str | None) -> config_mod.Config:
