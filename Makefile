@@ -31,7 +31,7 @@ run: $(STAMP)
 	$(BIN)/preemptctl run
 
 lint: $(STAMP)
-	$(BIN)/ruff check engine schemas streams testbed tests
+	$(BIN)/ruff check engine schemas fold streams testbed tests
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

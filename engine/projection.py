@@ -17,7 +17,7 @@ annotations, only those the engine reads are kept.
 
 docs/topics.md lists the fields (`paths()`; a test keeps them equal).
 
-The worker projects what it folds too (streams.pipeline.controller), whoever wrote the
+The worker projects what it folds too (fold.controller), whoever wrote the
 event: its store, its snapshots and its explanations hold only these fields. A writer
 that projects with this very list says so with HEADER = VERSION on its cluster-events
 record, and the worker then takes its objects as they are (projecting again would give
@@ -84,7 +84,7 @@ FIELDS: Mapping[str, Mapping[str, Spec]] = {
         },
         "spec": {
             "nodeName": True,
-            # The worker decides only for the schedulers a RESYNC names (streams.pipeline.controller).
+            # The worker decides only for the schedulers a RESYNC names (fold.controller).
             "schedulerName": True,
             "priority": True,
             "priorityClassName": True,

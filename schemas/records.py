@@ -143,7 +143,7 @@ DEAD_LETTER_HEADERS = ("origin-topic", "origin-partition", "origin-offset", "err
 # ---- bounds on input (docs/topics.md, "Bounds on input") -------------------------------------
 # Every stage that reads cluster events (the worker, `replay`, the simulator) checks these
 # here, in time bounded by the record's size, and rejects what is beyond them with the reason:
-# a record (DecodeError) or one event (BadEvent, streams.pipeline.controller).
+# a record (DecodeError) or one event (BadEvent, fold.controller).
 
 # The cluster a record names when it names none (a single-cluster install).
 DEFAULT_CLUSTER = "default"

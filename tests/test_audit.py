@@ -16,11 +16,11 @@ import orjson
 import pytest
 
 from engine.config import Config, parse
+from fold import fleet
 from schemas import chain
 from streams.audit import verify
 from streams.cli import main
 from streams.kafka import logio
-from streams.pipeline import fold
 from streams.sim import traces
 from tests.support import audit_traces
 
@@ -74,7 +74,7 @@ def test_several_clusters_interleaved_and_one_tick_deciding_twice(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = parse({"daemonset": {"preemptionStartDelaySeconds": 60}})
-    ticks = [dict(d) for d in fold.fold(audit_traces.ticks("c1"), config).decisions]
+    ticks = [dict(d) for d in fleet.fold(audit_traces.ticks("c1"), config).decisions]
     # One TICK decides for both waiting DaemonSet pods: two records share a seq, legitimately.
     assert [d["seq"] for d in ticks][-2:] == [ticks[-1]["seq"]] * 2
     other = _decisions(traces.example())

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.config import Config
-from streams.pipeline.controller import Controller
+from fold.controller import Controller
 from tests.support import gen
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -82,7 +82,7 @@ def _held(ctl: Controller) -> dict[str, str]:
 def test_fold_matches_naive_model_under_redelivery(events: list[dict[str, Any]]) -> None:
     ctl = Controller("c", Config())
     for e in events:
-        ctl.handle(e)
+        ctl.step(e)
     assert _held(ctl) == _naive(events)
 
 
@@ -90,10 +90,11 @@ def test_fold_matches_naive_model_under_redelivery(events: list[dict[str, Any]])
 @given(logs(), logs())
 def test_restored_state_folds_on_identically(first: list[dict[str, Any]], rest: list[dict[str, Any]]) -> None:
     live = Controller("c", Config())
+    dirty: dict[str, bytes | None] = {}  # every Ready's store keys, as the worker gathers them
     for e in first:
-        live.handle(e)
+        dirty.update(live.step(e).dirty)
     objects: dict[str, Any] = {}
-    for key, obj in live.take_dirty().items():
+    for key, obj in dirty.items():
         if obj is None:
             objects.pop(key, None)
         else:
@@ -119,7 +120,7 @@ def test_restored_state_folds_on_identically(first: list[dict[str, Any]], rest: 
                 },
             },
         }
-        got, want = restored.handle(e), live.handle(e)
+        got, want = restored.step(e).records, live.step(e).records
         assert got == want
     assert _held(restored) == _held(live)
     assert restored.prev_hash == live.prev_hash

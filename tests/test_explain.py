@@ -16,16 +16,16 @@ import pytest
 
 from engine import default
 from engine.config import Config, parse
+from fold import fleet
 from streams.audit import explain
 from streams.cli import main
 from streams.kafka import logio
-from streams.pipeline import fold
 from streams.sim import traces
 from tests.support import audit_traces
 
 
 def _decisions(trace: list[dict[str, Any]], config: Config | None = None) -> list[dict[str, Any]]:
-    return [dict(d) for d in fold.fold(trace, config or Config()).decisions]
+    return [dict(d) for d in fleet.fold(trace, config or Config()).decisions]
 
 
 @pytest.fixture(scope="module")

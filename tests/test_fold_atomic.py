@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from engine import flows
 from engine.config import Config
 from engine.decision import Decision
+from fold import fleet
+from fold.controller import BadEvent, Controller
 from schemas import chain
-from streams.pipeline import fold
-from streams.pipeline.controller import BadEvent, Controller
 from streams.sim import simulator, traces
 from tests.support.mixed_logs import garbage, good_logs, mixed_logs, ts
 
@@ -37,12 +37,13 @@ SETTINGS = settings(
 )
 
 
-def observed(ctl: Controller) -> dict[str, Any]:
-    """Everything a later decision or the store could read, in a comparable form."""
+def observed(ctl: Controller, dirty: dict[str, bytes | None]) -> dict[str, Any]:
+    """Everything a later decision or the store could read, in a comparable form; `dirty`: what
+    the controller's Readies told the store to write (gathered as the worker does)."""
     c = ctl.cluster
     return {
         "state": orjson.dumps(ctl.state()),  # bytes: dict order is part of the persisted state
-        "dirty": dict(ctl.dirty),  # the encoded objects the store would write
+        "dirty": dirty,  # the encoded objects the store would write
         "pods": dict(c.pods),
         "nodes": {n: (s.node, dict(s.pods), dict(s.used)) for n, s in c.nodes.items()},
         "nominated": {n: dict(c.nominated_on(n)) for n in ("n1", "n2", "n7", "n9")},
@@ -60,14 +61,21 @@ def observed(ctl: Controller) -> dict[str, Any]:
     }
 
 
-def fold_all(ctl: Controller, events: list[Any]) -> tuple[list[Any], set[int]]:
+def fold_all(
+    ctl: Controller, events: list[Any], dirty: dict[str, bytes | None] | None = None
+) -> tuple[list[Any], set[int]]:
+    """The decisions and the rejected events' indexes; each Ready's store keys into `dirty`."""
     decisions: list[Any] = []
     rejected: set[int] = set()
     for i, e in enumerate(events):
         try:
-            decisions.extend(ctl.handle(e))
+            ready = ctl.step(e)
         except BadEvent:
             rejected.add(i)
+            continue
+        decisions.extend(ready.records)
+        if dirty is not None:
+            dirty.update(ready.dirty)
     return decisions, rejected
 
 
@@ -75,14 +83,14 @@ def fold_all(ctl: Controller, events: list[Any]) -> tuple[list[Any], set[int]]:
 @given(mixed_logs())
 def test_garbage_is_rejected_and_leaves_no_trace(case: tuple[list[Any], set[int]]) -> None:
     mixed, bad = case
-    ctl = Controller("c", Config())
-    got, rejected = fold_all(ctl, mixed)
+    ctl, got_dirty = Controller("c", Config()), {}
+    got, rejected = fold_all(ctl, mixed, got_dirty)
     assert rejected == bad
-    reference = Controller("c", Config())
-    want, none = fold_all(reference, [e for i, e in enumerate(mixed) if i not in bad])
+    reference, want_dirty = Controller("c", Config()), {}
+    want, none = fold_all(reference, [e for i, e in enumerate(mixed) if i not in bad], want_dirty)
     assert not none
     assert got == want
-    assert observed(ctl) == observed(reference)
+    assert observed(ctl, got_dirty) == observed(reference, want_dirty)
     # ... and they decide on identically.
     tail = [{"ts": ts(10_000), "type": "TICK"}]
     assert fold_all(ctl, tail) == fold_all(reference, tail)
@@ -109,19 +117,23 @@ def test_a_failure_while_deciding_is_rolled_back(case: tuple[list[dict[str, Any]
 
     ctl = Controller("c", Config(), decide=decide)
     got: list[Any] = []
+    got_dirty: dict[str, bytes | None] = {}
     rejected: set[int] = set()
     for i, e in enumerate(events):
         now[0] = i
         try:
-            got.extend(ctl.handle(e))
+            ready = ctl.step(e)
         except BadEvent as exc:
             assert exc.error_class == "RuntimeError"
             rejected.add(i)
+            continue
+        got.extend(ready.records)
+        got_dirty.update(ready.dirty)
     assert rejected <= poisoned
-    reference = Controller("c", Config())
-    want, _ = fold_all(reference, [e for i, e in enumerate(events) if i not in rejected])
+    reference, want_dirty = Controller("c", Config()), {}
+    want, _ = fold_all(reference, [e for i, e in enumerate(events) if i not in rejected], want_dirty)
     assert got == want
-    assert observed(ctl) == observed(reference)
+    assert observed(ctl, got_dirty) == observed(reference, want_dirty)
     tail = [{"ts": ts(10_000), "type": "TICK"}]
     now[0] = -1
     assert fold_all(ctl, tail) == fold_all(reference, tail)
@@ -140,10 +152,10 @@ def test_replay_skips_the_event_the_worker_dead_letters() -> None:
     """Issue 12: a Pod whose spec.containers is a string crashed replay with AttributeError;
     it is now refused where it is parsed, with its reason (InvalidObject)."""
     log, at = _containers_string_log()
-    result = fold.fold(log, Config())
+    result = fleet.fold(log, Config())
     assert [n for n, _ in result.bad] == [at]
     assert "InvalidObject" in result.bad[0][1] and "containers must be a list" in result.bad[0][1]
-    assert result.decisions == fold.fold(log[:at] + log[at + 1 :], Config()).decisions
+    assert result.decisions == fleet.fold(log[:at] + log[at + 1 :], Config()).decisions
     assert len(result.decisions) == 8
 
 
@@ -159,14 +171,14 @@ def test_the_simulator_treats_it_the_same() -> None:
     assert len(result.bad) == 2
     assert result.decisions == simulator.simulate(trace, Config()).decisions
     # And replaying the simulated log (garbage included) gives the same decisions again.
-    assert fold.fold(result.log, Config()).decisions == result.decisions
+    assert fleet.fold(result.log, Config()).decisions == result.decisions
 
 
 def test_a_decision_too_large_loses_its_explanation_not_its_victims() -> None:
     log = simulator.simulate(traces.example(), Config()).log
-    full = fold.fold(log, Config()).decisions
+    full = fleet.fold(log, Config()).decisions
     small = Controller("default", Config(), max_record_bytes=1500)
-    got = [d for e in log for d in small.handle(e)]
+    got = [d for e in log for d in small.step(e).records]
     assert [d["id"] for d in got] == [d["id"] for d in full]
     for want, have in zip(full, got, strict=True):
         assert have["victims"] == want["victims"] and have["outcome"] == want["outcome"]
@@ -186,7 +198,7 @@ def test_a_decision_too_large_even_without_explanation_is_rejected() -> None:
     rejected = []
     for e in log:
         try:
-            assert tiny.handle(e) == []
+            assert tiny.step(e).decisions == []
         except BadEvent as exc:
             rejected.append(exc.error_class)
     assert rejected and set(rejected) == {"DecisionTooLarge"}
@@ -196,4 +208,4 @@ def test_a_decision_too_large_even_without_explanation_is_rejected() -> None:
 @pytest.mark.parametrize("event", garbage("2026-01-01T00:00:00Z")[:5])
 def test_fleet_rejects_what_is_not_an_event(event: Any) -> None:
     with pytest.raises(BadEvent):
-        fold.Fleet(Config()).handle(event)
+        fleet.Fleet(Config()).step(event)

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from engine import objects
 from engine.config import Config
+from fold import controller, fleet
+from fold.controller import Controller, Retry
 from schemas import records
-from streams.pipeline import controller, fold
 from streams.pipeline import store as store_mod
 from streams.pipeline import worker as worker_mod
-from streams.pipeline.controller import Controller, Retry
 from streams.pipeline.worker import PartitionWorker
 from streams.sim import simulator, traces
 from tests.support import gen
@@ -76,7 +76,7 @@ def test_a_costly_store_is_written_less_often_and_nothing_is_published_twice(
 
     monkeypatch.setattr(store_mod.Store, "write", costly)
     log = simulator.simulate(traces.basic(40), Config()).log
-    want = [dict(d) for d in fold.fold(log, Config()).decisions]
+    want = [dict(d) for d in fleet.fold(log, Config()).decisions]
     recs = batches(log, per_record=5)
     p = Pipeline(tmp_path)
     p.produce(recs)

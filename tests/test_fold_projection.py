@@ -22,10 +22,11 @@ from hypothesis import strategies as st
 
 from engine import projection
 from engine.config import Config
+from fold import fleet
+from fold.controller import Controller
 from schemas import VERSION
 from streams.kafka import topics
-from streams.pipeline import fold, snapshot, store
-from streams.pipeline.controller import Controller
+from streams.pipeline import snapshot, store
 from streams.pipeline.worker import SnapshotPolicy
 from streams.sim import apiserver, simulator, traces
 from tests.support import busy_logs, flowgen, gen
@@ -41,7 +42,7 @@ def _log(nodes: int = 40) -> list[dict[str, Any]]:
 
 
 def _reference(events: list[Any]) -> list[dict[str, Any]]:
-    return [dict(d) for d in fold.fold(events, Config()).decisions]
+    return [dict(d) for d in fleet.fold(events, Config()).decisions]
 
 
 def _stored(path: Path) -> list[bytes]:
@@ -103,8 +104,9 @@ def test_the_controller_projecting_decides_as_on_projections(events: list[dict[s
     ctl = Controller("c", Config())
     got: list[Any] = []
     for e in whole:
-        got += ctl.handle(e, project=True)
-        assert not _unread([v for v in ctl.dirty.values() if v is not None])
+        ready = ctl.step(e, project=True)
+        got += ready.records
+        assert not _unread([v for v in ready.dirty.values() if v is not None])
     assert orjson.dumps(got) == orjson.dumps(want)
     assert not _unread([orjson.dumps(p.raw) for p in ctl.cluster.pods.values()])
 

@@ -8,7 +8,7 @@ them, every real gang decision would be refused.
 from __future__ import annotations
 
 from engine.config import Config
-from streams.pipeline.controller import Controller
+from fold.controller import Controller
 from tests.support import gen
 
 TS = "2026-01-01T00:00:00Z"
@@ -23,7 +23,7 @@ def test_a_gang_decision_carries_each_members_uid() -> None:
         nonlocal rv
         rv += 1
         obj["metadata"]["resourceVersion"] = str(rv)
-        return ctl.handle({"ts": TS, "type": kind, "object": obj})
+        return ctl.step({"ts": TS, "type": kind, "object": obj}).records
 
     for n in ("n1", "n2"):
         add(gen.node(n, 2, 8, 110))

@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from engine.config import Config
+from fold import fleet
 from schemas import chain
 from streams.cli import actuator as actuator_cli
 from streams.cli import main
@@ -28,7 +29,7 @@ from streams.common import signing
 from streams.kafka import logio
 from streams.kafka import topics as kafka_topics
 from streams.kube import actuator
-from streams.pipeline import app, fold
+from streams.pipeline import app
 from streams.sim import simulator, traces
 from tests.support.memory_pipeline import Pipeline, batches
 
@@ -87,7 +88,7 @@ def test_an_ed25519_worker_signs_for_its_install_and_replay_reproduces_it(tmp_pa
     # --install-id names the install whatever the prefix: the actuator of that install accepts.
     assert _actuator_keys(tmp_path, "--topic-prefix", OTHER, "--install-id", INSTALL).install == INSTALL
     # Replay with the worker's key and install: the same bytes, record for record.
-    replayed = fold.fold(log, Config(), key=PRIVATE, install=INSTALL).decisions
+    replayed = fleet.fold(log, Config(), key=PRIVATE, install=INSTALL).decisions
     assert [orjson.dumps(d) for d in replayed] == sent
 
 
@@ -126,7 +127,7 @@ def test_hmac_signatures_bind_the_install_and_legacy_ones_still_verify(tmp_path:
     assert _replay(tmp_path, log, sent, HMAC_KEY, "--install-id", INSTALL) == 0
     # A log of a worker from before installs were bound: bare HMACs of the hash. Replay reproduces
     # it with --unbound-hmac, and the actuator's HMAC compatibility mode accepts it, in any install.
-    legacy = [orjson.dumps(d) for d in fold.fold(log, Config(), key=HMAC_KEY, install=None).decisions]
+    legacy = [orjson.dumps(d) for d in fleet.fold(log, Config(), key=HMAC_KEY, install=None).decisions]
     for value in legacy:
         sig = orjson.loads(value)["sig"]
         assert len(sig) == 64 and not sig.startswith(chain.HMAC_BOUND)
@@ -151,7 +152,7 @@ def test_replay_simulate_signs_for_the_install(tmp_path: Path) -> None:
     derived = out.read_bytes().splitlines()
     expected = simulator.simulate(trace, Config()).log
     assert derived == [
-        orjson.dumps(d) for d in fold.fold(expected, Config(), key=PRIVATE, install=INSTALL).decisions
+        orjson.dumps(d) for d in fleet.fold(expected, Config(), key=PRIVATE, install=INSTALL).decisions
     ]
     assert derived
 

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from engine import timeutil, toleration
 from engine.config import Config
+from fold import controller as controller_mod
+from fold.controller import Controller, Decided, backoff
 from schemas.records import DecisionRecord
-from streams.pipeline import controller as controller_mod
-from streams.pipeline.controller import Controller, backoff
 from tests.support import flowgen, gen
 from tests.support.busy_logs import BASE_SECONDS, bound, busy_logs, fold, pending, ts
 
@@ -45,7 +45,7 @@ class Log:
             obj = copy.deepcopy(obj)
             obj["metadata"]["resourceVersion"] = str(self.rv)
             event["object"] = obj
-        got = self.ctl.handle(event)
+        got = self.ctl.step(event).records
         self.decisions += got
         return got
 
@@ -93,7 +93,7 @@ def test_a_malformed_scope_is_rejected() -> None:
     ctl = Controller("c", Config())
     for scope in ({"schedulerNames": []}, {"schedulerNames": [""]}, ["x"], {"names": ["x"]}):
         try:
-            ctl.handle({"ts": ts(0), "type": "RESYNC", "scope": scope})
+            ctl.step({"ts": ts(0), "type": "RESYNC", "scope": scope})
         except controller_mod.BadEvent as exc:
             assert "scope" in str(exc)
         else:
@@ -363,7 +363,7 @@ class NaiveQueue(Controller):
                 self.gen += 1
                 return
 
-    def _retry_due(self, seq: int, now: int) -> list[DecisionRecord]:
+    def _retry_due(self, seq: int, now: int) -> list[Decided]:
         ready = []
         for uid, entry in sorted(self.retry.items()):
             if entry.due > now:
@@ -376,7 +376,7 @@ class NaiveQueue(Controller):
                 self._discard(self.waiting, uid)
                 continue
             ready.append((-self.cluster.priority(pod), uid))
-        out: list[DecisionRecord] = []
+        out: list[Decided] = []
         for _, uid in sorted(ready):
             pod = self.cluster.pods.get(uid)
             if pod is not None and uid in self.retry:
@@ -446,15 +446,13 @@ def test_toleration_windows_wake_as_the_naive_rule_on_their_boundaries(events: l
 def test_a_restored_controller_decides_the_same(events: list[dict[str, Any]], cut: int) -> None:
     whole = Controller("c", Config())
     want = fold(whole, events)
-    first = Controller("c", Config())
-    got = fold(first, events[:cut])
+    first, dirty = Controller("c", Config()), {}
+    got = fold(first, events[:cut], dirty)
     restored = Controller.restore(
         config=Config(),
         key=None,
         state=copy.deepcopy(first.state()),
-        objects_raw=[
-            orjson.loads(o) for o in first.take_dirty().values() if o is not None
-        ],  # every object held
+        objects_raw=[orjson.loads(o) for o in dirty.values() if o is not None],  # every object held
     )
     got += fold(restored, events[cut:])
     assert got == want

@@ -1,7 +1,7 @@
 """Namespace objects: their labels are what a pod (anti-)affinity term's namespaceSelector matches.
 
 Units for the record (engine.objects), the index (engine.cluster), the record check
-(schemas.records) and the fold (streams.pipeline.controller), and a property: on
+(schemas.records) and the fold (fold.controller), and a property: on
 generated clusters whose pods live in several namespaces, some with a Namespace
 object and labels, a term's `namespaceSelector` decides as the `namespaces` list of
 exactly the namespaces whose labels it matches; and Namespace objects that carry
@@ -25,8 +25,8 @@ from engine.config import Config
 from engine.constraints import NAMESPACE_NAME_LABEL
 from engine.errors import InvalidObject
 from engine.selectors import LabelSelector
+from fold.controller import BadEvent, Controller
 from schemas import records
-from streams.pipeline.controller import BadEvent, Controller
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HOST, ZONE = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
@@ -108,9 +108,9 @@ def test_the_worker_refuses_a_namespace_named_as_no_namespace_can_be() -> None:
     ctl = Controller("c", Config())
     event = {"type": "ADDED", "ts": "2026-01-01T00:00:00Z", "object": _namespace("a.b", {"team": "a"})}
     with pytest.raises(BadEvent):
-        ctl.handle(event)
+        ctl.step(event)
     assert ctl.cluster.namespaces == {}
-    ctl.handle({**event, "object": _namespace("alpha", {"team": "a"})})
+    ctl.step({**event, "object": _namespace("alpha", {"team": "a"})})
     assert ctl.cluster.namespace_labels("alpha")["team"] == "a"
 
 
@@ -168,13 +168,13 @@ def test_a_namespace_labelled_later_wakes_the_preemptor_it_concerns() -> None:
             "object": _guarded_pod("p", "alpha", node=None, rv="3"),
         },
     ]
-    out = [d for e in first for d in ctl.handle(e)]
+    out = [d for e in first for d in ctl.step(e).records]
     assert [d["outcome"] for d in out] == ["fits"]  # alpha has no team label (no Namespace seen)
     later = [
         {"type": "ADDED", "ts": "2026-01-01T00:00:01Z", "object": _namespace("alpha", {"team": "a"}, rv="4")},
         {"type": "TICK", "ts": "2026-01-01T00:01:00Z"},
     ]
-    out = [d for e in later for d in ctl.handle(e)]
+    out = [d for e in later for d in ctl.step(e).records]
     assert [(d["outcome"], [v["name"] for v in d["victims"]]) for d in out] == [("preempt", ["guard"])]
 
 
@@ -205,7 +205,7 @@ def test_a_namespace_event_rejected_while_deciding_leaves_the_labels_as_they_wer
 
     ctl = Controller("c", Config(), decide=decide)
     for e in _first_events():
-        ctl.handle(e)
+        ctl.step(e)
     failing["now"] = True
     relabel = {
         "type": "MODIFIED",
@@ -213,18 +213,19 @@ def test_a_namespace_event_rejected_while_deciding_leaves_the_labels_as_they_wer
         "object": _namespace("alpha", {"team": "a"}, rv="5"),
     }
     with pytest.raises(BadEvent):
-        ctl.handle(relabel)  # the change wakes p, whose decision fails: the event is undone
+        ctl.step(relabel)  # the change wakes p, whose decision fails: the event is undone
     assert ctl.cluster.namespace_labels("alpha")["team"] == "b"
     assert ctl.cluster.held_version("Namespace", "alpha") == "4"
     failing["now"] = False
-    assert [d["outcome"] for d in ctl.handle(relabel)] == ["preempt"]
+    assert [d["outcome"] for d in ctl.step(relabel).records] == ["preempt"]
 
 
 def test_a_restored_worker_knows_the_namespaces_labels() -> None:
     ctl = Controller("c", Config())
+    dirty: dict[str, bytes | None] = {}  # every Ready's store keys, as the worker gathers them
     for e in _first_events():
-        ctl.handle(e)
-    stored = [orjson.loads(v) for v in ctl.dirty.values() if v is not None]
+        dirty.update(ctl.step(e).dirty)
+    stored = [orjson.loads(v) for v in dirty.values() if v is not None]
     again = Controller.restore(config=Config(), key=None, state=ctl.state(), objects_raw=stored)
     assert again.cluster.namespaces == ctl.cluster.namespaces
     assert again.cluster.namespace_labels("alpha")["team"] == "b"

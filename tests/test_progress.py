@@ -24,12 +24,13 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from engine.config import Config
+from fold import fleet
+from fold.controller import BadEvent
 from schemas import VERSION, records
 from streams.kafka import logio, topics
 from streams.kafka.memory import MemoryBroker
-from streams.pipeline import fold, outbox, snapshot, store, worker
+from streams.pipeline import outbox, snapshot, store, worker
 from streams.pipeline import partitions as partitions_mod
-from streams.pipeline.controller import BadEvent
 from streams.pipeline.partitions import Partitions
 from streams.pipeline.worker import Stalled
 from streams.sim import simulator, traces
@@ -50,7 +51,7 @@ def _log(nodes: int = 12, cluster: str | None = None) -> list[dict[str, Any]]:
 def _replayed(broker: MemoryBroker, partition: int = 0) -> list[bytes]:
     """`replay` of the partition's records: what the worker must have published, byte for byte."""
     events = logio.events_of(broker.messages(records.CLUSTER_EVENTS, partition), topic=records.CLUSTER_EVENTS)
-    return [records.encode(d) for d in fold.fold(events, Config()).decisions]
+    return [records.encode(d) for d in fleet.fold(events, Config()).decisions]
 
 
 def _published(broker: MemoryBroker, partition: int = 0) -> list[bytes]:
@@ -327,15 +328,16 @@ def _old_layout(path: Path, clusters: dict[str, list[dict[str, Any]]]) -> None:
     """A store as the old code wrote it: `obj/<cluster>/<Kind>/<key>`, the name unescaped, no layout."""
     from rocksdict import Options, Rdict
 
-    from streams.pipeline.controller import Controller
+    from fold.controller import Controller
 
     db = Rdict(str(path), Options(raw_mode=True))
     states = {}
     for name, log in clusters.items():
         ctl = Controller(name, Config())
+        dirty: dict[str, bytes | None] = {}
         for e in log:
-            ctl.handle(e)
-        for key, value in ctl.take_dirty().items():
+            dirty.update(ctl.step(e).dirty)
+        for key, value in dirty.items():
             if value is not None:
                 db[f"obj/{name}/{key}".encode()] = value
         states[name] = ctl.state()
@@ -374,7 +376,7 @@ def test_an_empty_cluster_name_is_rejected_by_every_stage(tmp_path: Path) -> Non
     assert dict(dead.headers)["error"] == b"empty cluster name"
     assert _published(p.broker) == _replayed(p.broker)
     with pytest.raises(BadEvent, match="empty cluster name"):
-        fold.Fleet(Config()).handle(dict(log[0], cluster=""))
+        fleet.Fleet(Config()).step(dict(log[0], cluster=""))
 
 
 @pytest.mark.parametrize("name", ["", "x" * 254, "é" * 127, "a\nb", "tab\there"])
@@ -467,7 +469,7 @@ def test_a_record_without_value_is_dead_lettered(tmp_path: Path) -> None:
     assert not p.fatal
     (dead,) = p.dead_letters()
     assert dead.value == b"" and dict(dead.headers)["error"] == b"the record has no value (a tombstone)"
-    assert len(p.decisions()) == len(fold.fold(_log(), Config()).decisions)
+    assert len(p.decisions()) == len(fleet.fold(_log(), Config()).decisions)
 
 
 def test_a_record_with_too_many_events_is_dead_lettered_whole(tmp_path: Path) -> None:

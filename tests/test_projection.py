@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from engine import case as case_mod
 from engine import daemonset, objects, projection, toleration
 from engine.config import Config
-from streams.pipeline.controller import Controller
+from fold.controller import Controller
 from streams.sim import apiserver
 from tests.support import busy_logs, flowgen, gen
 from tests.support.unknown_fields import SECRET, objects_with_unknown_fields

@@ -21,11 +21,12 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from engine.config import Config
+from fold import fleet
 from schemas import records
 from streams.common.health import Health, RouteServer
 from streams.kafka import topics
 from streams.kafka.deadletter import Origin
-from streams.pipeline import fold, outbox, snapshot, tables
+from streams.pipeline import outbox, snapshot, tables
 from streams.pipeline import worker as worker_mod
 from streams.pipeline.faults import Faults
 from streams.pipeline.partitions import Partitions
@@ -42,7 +43,7 @@ def _log(nodes: int = 40) -> list[dict[str, Any]]:
 
 
 def _reference(events: list[Any]) -> list[dict[str, Any]]:
-    return [dict(d) for d in fold.fold(events, Config()).decisions]
+    return [dict(d) for d in fleet.fold(events, Config()).decisions]
 
 
 def test_the_worker_publishes_what_replay_derives(tmp_path: Path) -> None:
@@ -139,9 +140,9 @@ def test_a_failed_store_write_keeps_its_changes(tmp_path: Path) -> None:
         setup = Pipeline(tmp_path / f"{n}", broker=p.broker).setup
         reopened = asyncio.run(PartitionWorker.open(partition=0, setup=setup))
         try:
-            reference = fold.Fleet(Config())
+            reference = fleet.Fleet(Config())
             for e in log:
-                reference.handle(e)
+                reference.step(e)
             ctl, want = reopened.controllers[CLUSTER], reference.controllers[CLUSTER]
             assert reopened.position == len(batches(log, per_record=3)) - 1
             assert ctl.cluster.pods == want.cluster.pods
@@ -389,7 +390,7 @@ def test_a_dead_letter_too_large_carries_a_reference_instead() -> None:
         key=b"c", value=b"x" * 1000, origin=origin, error_class="E", error="why", partition=3
     )
     assert small.value == b"x" * 1000 and "value-omitted" not in dict(small.headers)
-    big = b"y" * (topics.VALUE_MAX_BYTES + 1)
+    big = b"y" * (records.VALUE_MAX_BYTES + 1)
     out = outbox.dead_letter(key=b"c", value=big, origin=origin, error_class="E", error="why", partition=3)
     assert out.value is not None and len(out.value) < 1000
     ref = orjson.loads(out.value)
@@ -408,8 +409,8 @@ def test_a_dead_letter_too_large_carries_a_reference_instead() -> None:
     [
         (b"/" * 400_000, 1_000_000),  # a key percent-encoded in ce_source would triple
         (b"c" * 600_000, 1_000_000),
-        (b"k" * (topics.VALUE_MAX_BYTES - 100), 10),  # a key that alone nearly fills a record
-        (b"c", topics.VALUE_MAX_BYTES - 500),  # a value that fits alone, not with its headers
+        (b"k" * (records.VALUE_MAX_BYTES - 100), 10),  # a key that alone nearly fills a record
+        (b"c", records.VALUE_MAX_BYTES - 500),  # a value that fits alone, not with its headers
     ],
 )
 def test_a_dead_letter_with_its_headers_fits_the_record_limit(key: bytes, value_bytes: int) -> None:
@@ -420,7 +421,7 @@ def test_a_dead_letter_with_its_headers_fits_the_record_limit(key: bytes, value_
         key=key, value=b"v" * value_bytes, origin=origin, error_class="KeyMismatch", error="why", partition=0
     )
     size = len(out.key or b"") + len(out.value or b"") + sum(len(n) + len(v) for n, v in out.headers)
-    assert size <= topics.VALUE_MAX_BYTES
+    assert size <= records.VALUE_MAX_BYTES
     headers = dict(out.headers)
     assert headers["origin-offset"] == b"5"
     if len(key) > 253:  # longer than any cluster name: not repeated in the attributes

@@ -28,13 +28,14 @@ import pytest
 from aiokafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
 
 from engine.config import Config
+from fold import fleet
 from schemas import records
 from streams.brokers import process
 from streams.common.health import Health
 from streams.kafka import connection
 from streams.kafka.memory import MemoryBroker
 from streams.pipeline import app as app_mod
-from streams.pipeline import fold, outbox, worker
+from streams.pipeline import outbox, worker
 from streams.pipeline import partitions as partitions_mod
 from streams.pipeline.partitions import Partitions
 from streams.sim import simulator, traces
@@ -50,7 +51,7 @@ def _log(nodes: int = 10) -> list[dict[str, Any]]:
 
 
 def _reference(events: list[Any]) -> list[dict[str, Any]]:
-    return [dict(d) for d in fold.fold(events, Config()).decisions]
+    return [dict(d) for d in fleet.fold(events, Config()).decisions]
 
 
 class Refusing:

@@ -11,13 +11,13 @@ from typing import Any
 
 import orjson
 
+from fold import fleet
+from fold.fleet import tune_gc
 from schemas import chain
 from streams.common.errors import UsageError
 from streams.common.options import load_config, load_key
 from streams.common.progress import Progress
 from streams.kafka import connection, logio
-from streams.pipeline import fold
-from streams.pipeline.fold import tune_gc
 from streams.sim import simulator
 
 # The fields a difference is shown by, when one of them differs; otherwise the line names
@@ -108,7 +108,7 @@ def cmd(args: argparse.Namespace) -> int:
             logio.write_jsonl(Path(args.log_out), result.log)
     else:
         progress = Progress(len(events), "replay")
-        result = fold.fold(events, config, key=key, progress=progress, install=install)
+        result = fleet.fold(events, config, key=key, progress=progress, install=install)
         progress.close()
     elapsed = time.perf_counter() - started
     decisions: list[dict[str, Any]] = [dict(d) for d in result.decisions]

@@ -56,6 +56,7 @@ from aiokafka import TopicPartition
 from engine import cluster as cluster_mod
 from engine import projection
 from engine.config import Config
+from fold.controller import Controller
 from schemas import records
 from streams.bench import machine
 from streams.brokers import embedded, process
@@ -63,7 +64,6 @@ from streams.kafka import connection, topics
 from streams.kafka.reading import PartitionReader
 from streams.pipeline import outbox as outbox_mod
 from streams.pipeline import snapshot
-from streams.pipeline.controller import Controller
 from streams.pipeline.store import Store
 from streams.pipeline.worker import PartitionWorker, Setup, fingerprint
 from streams.sim import apiserver, simulator, traces, workloads

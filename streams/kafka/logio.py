@@ -34,7 +34,7 @@ def read_events(
     record that does not decode or whose key is not its envelope's cluster, and
     each event that is not event-shaped (the rest of its record is kept). Leaving a
     rejected event out folds to the same result as rejecting it, since a rejected
-    event changes nothing (streams.pipeline.controller).
+    event changes nothing (fold.controller).
     """
     if not is_kafka(location):
         return read_trace(Path(location))

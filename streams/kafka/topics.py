@@ -53,7 +53,6 @@ AUDIT_RETENTION_MS = 90 * _DAY_MS
 DEAD_LETTER_RETENTION_MS = 30 * _DAY_MS
 # Record sizes (schemas.records says why): every topic accepts RECORD_MAX_BYTES.
 RECORD_MAX_BYTES = records.RECORD_MAX_BYTES
-VALUE_MAX_BYTES = records.VALUE_MAX_BYTES
 # Snapshot topic segments roll this often so the log cleaner can drop superseded
 # heads and tombstoned chunks (it never cleans the active segment).
 SNAPSHOTS_SEGMENT_MS = 6 * 60 * 60 * 1000

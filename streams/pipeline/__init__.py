@@ -1,16 +1,15 @@
-"""The decider: cluster events folded into state, decisions out, the same online and offline.
+"""The driver: the faust worker that feeds cluster events to the fold and publishes what it decides.
 
-Owns: `controller` (the deterministic core: fold one event atomically, decide,
-chain the record), `undo` (the per-event undo log that makes folding atomic),
-`fold` (a log folded offline through one controller per cluster), `worker`
-(one partition's state, store, commits, snapshots and recovery), `partitions`
-(the partitions a process owns: opening, reopening after a failure,
-readiness), `outbox` (every outgoing record built and sent in one place,
-transactional or not), `snapshot` (snapshots in Kafka), `store` (rocksdict
-with its log position), `tables` (the state over HTTP), `faults` (injected
-faults for the chaos tests), `app` (the faust app and `preemptctl worker`),
-`transport` (faust's consumer with a short fetch wait), `metrics` (the
-worker's operator metrics), `pauses` (whether the whole process stopped for a
-while). May use: engine,
-schemas, `streams.kafka`, `streams.common`; never the Kubernetes edge.
+Owns: `worker` (one partition's state, store, commits, snapshots and recovery;
+each event dead-lettered or handed to the fold, whose `Ready` it publishes and
+gathers for the store), `partitions` (the partitions a process owns: opening,
+reopening after a failure, readiness), `outbox` (every outgoing record built
+and sent in one place, transactional or not), `snapshot` (snapshots in Kafka),
+`store` (rocksdict with its log position), `tables` (the state over HTTP),
+`faults` (injected faults for the chaos tests), `app` (the faust app and
+`preemptctl worker`), `transport` (faust's consumer with a short fetch wait),
+`metrics` (the worker's operator metrics), `pauses` (whether the whole process
+stopped for a while). The fold itself (controller, undo log, offline folding)
+is the top-level `fold` package. May use: engine, schemas, fold,
+`streams.kafka`, `streams.common`; never the Kubernetes edge.
 """

@@ -39,6 +39,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from engine import config as config_mod
+from fold.fleet import tune_gc
 from streams.common import health as health_mod
 from streams.common import logs, options, signing
 from streams.common.backoff import Backoff
@@ -50,7 +51,6 @@ from streams.pipeline import metrics, tables, transport
 from streams.pipeline import outbox as outbox_mod
 from streams.pipeline import partitions as partitions_mod
 from streams.pipeline.faults import NONE, Faults
-from streams.pipeline.fold import tune_gc
 from streams.pipeline.outbox import KafkaOutbox, Outbox
 from streams.pipeline.partitions import KAFKA_FAILURES, Partitions
 from streams.pipeline.pauses import Pauses

@@ -147,7 +147,7 @@ def dead_letter(
         origin_headers.append(("value-omitted", b"unencodable"))
     # The origin headers, then the CloudEvents attributes of what is actually sent.
     headers = deadletter.headers(key, value, origin_headers)
-    if _size(key, value, headers) > topics.VALUE_MAX_BYTES:
+    if _size(key, value, headers) > records.VALUE_MAX_BYTES:
         value = orjson.dumps(
             {
                 "omitted": "too-large",
@@ -158,7 +158,7 @@ def dead_letter(
         )
         origin_headers.append(("value-omitted", b"too-large"))
         headers = deadletter.headers(key, value, origin_headers)
-        if _size(key, value, headers) > topics.VALUE_MAX_BYTES:
+        if _size(key, value, headers) > records.VALUE_MAX_BYTES:
             # A key that alone nearly fills a record: the origin still holds it too.
             key = None
             origin_headers.append(("key-omitted", b"too-large"))

@@ -54,7 +54,7 @@ log = logging.getLogger("preemptctl.worker")
 
 VERSION = 1
 # Bytes of the state stream per chunk before compression: compressed, a chunk is
-# at most this plus zlib's framing, within topics.VALUE_MAX_BYTES.
+# at most this plus zlib's framing, within records.VALUE_MAX_BYTES.
 CHUNK_BYTES = 1024 * 1024
 # zlib level 1: the state stream is JSON and compresses ~5x at the fastest level;
 # higher levels cost several times the CPU for a few percent.

@@ -25,8 +25,8 @@ from aiohttp import web
 
 from engine import timeutil
 from engine.objects import Pod
+from fold.controller import Controller
 from streams.common.health import Route
-from streams.pipeline.controller import Controller
 from streams.pipeline.partitions import Partitions
 
 # Pods listed per request unless ?limit= says otherwise: a 150,000-pod cluster's

@@ -3,10 +3,12 @@
 `PartitionWorker` owns partition p: its controllers (one per cluster keyed to
 p), its rocksdict store, the outbox its records go through, and the rules that
 keep the published log and the state in step:
-- Folding is per event and atomic (streams.pipeline.controller): an event that
-  cannot be folded or decided is dead-lettered with its origin (offset and
-  index) and the rest of its record goes on. A record that does not decode, or
-  whose key is not its envelope's cluster, is dead-lettered whole.
+- Folding is per event and atomic (fold.controller): an event that cannot be
+  folded or decided is dead-lettered with its origin (offset and index) and the
+  rest of its record goes on. A record that does not decode, or whose key is
+  not its envelope's cluster, is dead-lettered whole. Each event's `Ready`
+  hands over its decisions' bytes, queued to the outbox as they are made, and
+  the store keys it changed, gathered in `unstored` until the store is written.
 - Decisions and dead letters are queued to the outbox as they are made; a
   commit (every CHECKPOINT_INTERVAL_S, at most CHECKPOINT_MAX_RECORDS records
   apart) waits until they are published (acknowledged, or the transaction
@@ -65,6 +67,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from engine import flows, projection
 from engine.config import Config
+from fold.controller import BadEvent, Controller, Decide
 from schemas import chain, records
 from schemas.records import DecisionRecord
 from streams.common import logs
@@ -72,7 +75,6 @@ from streams.kafka import deadletter, topics
 from streams.kafka.deadletter import Origin
 from streams.pipeline import metrics, snapshot
 from streams.pipeline import outbox as outbox_mod
-from streams.pipeline.controller import BadEvent, Controller, Decide
 from streams.pipeline.faults import Faults
 from streams.pipeline.outbox import Fenced, Outbox, Outgoing, SendFailed
 from streams.pipeline.snapshot import Manifest, Reader
@@ -304,6 +306,8 @@ class PartitionWorker:
     # process() and commit() each run whole: a commit must not interleave with a record
     # being folded and queued (the owner's timer commits while the transport may feed).
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Cluster -> the store keys changed since the store was last written (each Ready's dirty).
+    unstored: dict[str, dict[str, bytes | None]] = field(default_factory=dict)
 
     # ---- opening ---------------------------------------------------------------------------
 
@@ -546,19 +550,21 @@ class PartitionWorker:
         out: list[Outgoing] = []
         for i, event in enumerate(batch["events"]):
             try:
-                decisions = ctl.handle(event, project=project)
+                ready = ctl.step(event, project=project)
             except BadEvent as exc:
                 where = dataclasses.replace(origin, index=i)
                 out.append(self._dead(key, _encoded(event), where, exc.error_class, str(exc)))
                 continue
-            for d in decisions:
+            if ready.dirty:
+                self.unstored.setdefault(ctl.cluster_name, {}).update(ready.dirty)
+            for decided in ready.decisions:
+                d = decided.record
                 if not self.published.seen(d, self.incarnation):
-                    encoded = ctl.encoded.get(d["id"])
                     out.append(
                         outbox_mod.decision(
                             d,
                             partition=self.partition,
-                            encoded=encoded,
+                            encoded=decided.encoded,
                             key_id=self.setup.key_id,
                             topic=self.setup.names.decisions,
                             incarnation=self.incarnation,
@@ -711,7 +717,7 @@ class PartitionWorker:
     def _write_store(self) -> None:
         started = time.monotonic()
         try:
-            self.store.write({name: ctl.dirty for name, ctl in self.controllers.items()}, self._state())
+            self.store.write(self.unstored, self._state())
         except Exception as exc:  # a full disk, an I/O error, an injected fault
             # The changes stay marked dirty: the next commit writes them with its own.
             STORE_FAILURES.inc()
@@ -727,8 +733,7 @@ class PartitionWorker:
         self._store_failures = 0
         self._stored_at = time.monotonic()
         self._store_seconds = self._stored_at - started
-        for ctl in self.controllers.values():
-            ctl.take_dirty()
+        self.unstored = {}
         self.stored = self.committed
         POSITION.labels(str(self.partition)).set(self.committed)
 

@@ -30,13 +30,13 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from fold.controller import BadEvent
+from fold.fleet import Fleet
 from schemas import VERSION, cloudevent, records
 from streams.brokers.embedded import EmbeddedBroker
 from streams.common.errors import UsageError
 from streams.common.options import load_config, load_key
 from streams.kafka import connection, logio, topics
-from streams.pipeline.controller import BadEvent
-from streams.pipeline.fold import DEFAULT_CLUSTER, Fleet
 from streams.sim import traces
 from streams.sim.simulator import Simulator
 
@@ -91,14 +91,14 @@ class Run:
     async def _flush(self, producer: AIOKafkaProducer) -> None:
         if not self._batch:
             return
-        cluster = self._batch_cluster or DEFAULT_CLUSTER
+        cluster = self._batch_cluster or records.DEFAULT_CLUSTER
         value = records.encode_batch(cluster, self._batch)
         await producer.send_and_wait(records.CLUSTER_EVENTS, key=cluster.encode(), value=value)
         self.records += 1
         self._batch, self._batch_bytes, self._batch_cluster = [], 0, None
 
     async def _add(self, producer: AIOKafkaProducer, event: Mapping[str, Any]) -> None:
-        cluster = str(event.get("cluster") or DEFAULT_CLUSTER)
+        cluster = str(event.get("cluster") or records.DEFAULT_CLUSTER)
         body = {k: v for k, v in event.items() if k != "cluster"}
         size = len(orjson.dumps(body))
         if self._batch and (
@@ -136,9 +136,9 @@ class Run:
             consumer.assign([tp])
             await consumer.seek_to_end(tp)  # a shared broker may hold earlier runs' decisions
             for sim_event in self.sim:
-                event: dict[str, Any] = {"cluster": DEFAULT_CLUSTER, **sim_event}
+                event: dict[str, Any] = {"cluster": records.DEFAULT_CLUSTER, **sim_event}
                 try:
-                    predicted = self.fleet.handle(event)
+                    predicted = self.fleet.step(event).records
                 except BadEvent:
                     predicted = []  # the worker dead-letters it too, and decides on without it
                 await self._add(producer, event)

@@ -36,10 +36,10 @@ from engine.config import Config
 from engine.errors import EngineError
 from engine.index import Index
 from engine.objects import Pod
+from fold.controller import BadEvent
+from fold.fleet import Fleet, Result
 from schemas import records
 from schemas.records import ClusterEvent
-from streams.pipeline.controller import BadEvent
-from streams.pipeline.fold import DEFAULT_CLUSTER, Fleet, Result
 
 IMMEDIATE, TRACE, DELAYED = -1, 0, 1
 # Log time between TICK events the simulator writes while the cluster is quiet.
@@ -65,16 +65,16 @@ def _rv(obj: Any) -> int:
 def _garbage(event: Mapping[str, Any]) -> bool:
     """An event the controller rejects (records.event_problem, a bad cluster name): never observed."""
     return bool(
-        records.event_problem(event) or records.cluster_problem(event.get("cluster", DEFAULT_CLUSTER))
+        records.event_problem(event) or records.cluster_problem(event.get("cluster", records.DEFAULT_CLUSTER))
     )
 
 
 class Simulator:
     def __init__(self, trace: Sequence[Mapping[str, Any]]) -> None:
-        names = {e.get("cluster", DEFAULT_CLUSTER) for e in trace if not _garbage(e)}
+        names = {e.get("cluster", records.DEFAULT_CLUSTER) for e in trace if not _garbage(e)}
         if len(names) > 1:
             raise ValueError(f"a simulated trace holds one cluster, this one has {len(names)}")
-        self.cluster = names.pop() if names else DEFAULT_CLUSTER
+        self.cluster = names.pop() if names else records.DEFAULT_CLUSTER
         self._queue: list[tuple[int, int, int, dict[str, Any]]] = []
         self._applied: set[int] = set()  # queue entries the view must not take (again)
         self._n = 0
@@ -345,11 +345,11 @@ def simulate(trace: Sequence[Mapping[str, Any]], config: Config, *, key: bytes |
     sim = Simulator(trace)
     result = Result()
     for n, event in enumerate(sim):
-        event = dict(event, cluster=event.get("cluster", DEFAULT_CLUSTER))  # type: ignore[assignment]
+        event = dict(event, cluster=event.get("cluster", records.DEFAULT_CLUSTER))  # type: ignore[assignment]
         result.log.append(event)  # type: ignore[arg-type]
         result.events += 1
         try:
-            decisions = fleet.handle(event)
+            decisions = fleet.step(event).records
         except BadEvent as exc:
             result.bad.append((n, str(exc)))
             continue

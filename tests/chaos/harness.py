@@ -28,11 +28,11 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
 
 from engine.config import Config
+from fold import fleet
 from schemas import VERSION, records
 from streams.brokers import process
 from streams.kafka import topics
 from streams.kafka.reading import PartitionReader
-from streams.pipeline import fold
 from streams.sim import simulator, traces
 
 # A worker must publish what its log calls for within this long, rebalances and
@@ -65,7 +65,7 @@ def a_day_later(log: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def expected(log: Sequence[dict[str, Any]]) -> list[bytes]:
     """The undisturbed decisions of a log, as the bytes a worker publishes."""
-    return [records.encode(d) for d in fold.fold(log, Config()).decisions]
+    return [records.encode(d) for d in fleet.fold(log, Config()).decisions]
 
 
 def partition_of(cluster: str, partitions: int) -> int:

@@ -22,10 +22,10 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from fold import fleet
 from schemas import records
 from streams.cli import main
 from streams.kafka import topics
-from streams.pipeline import fold
 from streams.sim import traces
 from tests.integration import pipeline
 from tests.support import audit_traces
@@ -56,7 +56,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 
 @pytest.fixture(scope="module")
-def recorded(tansu_broker: str) -> tuple[str, fold.Result]:
+def recorded(tansu_broker: str) -> tuple[str, fleet.Result]:
     """A run of the example and reprieve stories, recorded on the shared topics under a fresh cluster."""
     cluster = _cluster()
     trace = pipeline.with_cluster(audit_traces.reprieve() + traces.example(), cluster)
@@ -68,7 +68,7 @@ def recorded(tansu_broker: str) -> tuple[str, fold.Result]:
 
 
 def test_export_then_replay_reproduces_the_decisions(
-    tansu_broker: str, recorded: tuple[str, fold.Result], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tansu_broker: str, recorded: tuple[str, fleet.Result], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster, result = recorded
     url = f"kafka://{tansu_broker}"
@@ -93,7 +93,7 @@ def test_export_then_replay_reproduces_the_decisions(
 
 
 def test_verify_and_explain_read_the_topic(
-    tansu_broker: str, recorded: tuple[str, fold.Result], capsys: pytest.CaptureFixture[str]
+    tansu_broker: str, recorded: tuple[str, fleet.Result], capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster, result = recorded
     topic = f"kafka://{tansu_broker}/{records.DECISIONS}"

@@ -24,11 +24,11 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from engine.config import Config
+from fold import fleet
 from schemas import records
 from streams.brokers import embedded
 from streams.brokers.process import free_loopback_port
 from streams.kafka import topics as kafka_topics
-from streams.pipeline import fold
 from streams.sim import simulator, traces
 from streams.sim.run import Run, start_worker, stop_worker
 from tests.integration import pipeline
@@ -38,7 +38,7 @@ def _cluster() -> str:
     return f"c-{uuid.uuid4().hex[:8]}"
 
 
-def _expected(trace: list[dict[str, Any]], cluster: str) -> fold.Result:
+def _expected(trace: list[dict[str, Any]], cluster: str) -> fleet.Result:
     return simulator.simulate(pipeline.with_cluster(trace, cluster), Config())
 
 
@@ -61,7 +61,7 @@ def test_examples_1_to_4_through_run(broker: str, tmp_path: Path) -> None:
     written = [
         e for e in logio.read_events(f"kafka://{broker}/preemption.cluster-events") if e["cluster"] == cluster
     ]
-    assert fold.fold(written, Config()).decisions == want
+    assert fleet.fold(written, Config()).decisions == want
     story = [
         (
             d["preemptor"],
@@ -127,7 +127,7 @@ def test_replay_of_the_topic_reproduces_the_decisions(tansu_broker: str, tmp_pat
         for e in logio.read_events(f"kafka://{tansu_broker}/preemption.cluster-events")
         if e["cluster"] == cluster
     ]
-    assert fold.fold(log, Config()).decisions == got == expected.decisions
+    assert fleet.fold(log, Config()).decisions == got == expected.decisions
 
 
 def test_duplicate_delivery_changes_nothing(tansu_broker: str, tmp_path: Path) -> None:
@@ -159,7 +159,7 @@ def _kill_mid_trace(
     lose_store: bool,
     guarantee: str = "at_least_once",
     read_committed: bool = False,
-) -> tuple[list[dict[str, Any]], fold.Result]:
+) -> tuple[list[dict[str, Any]], fleet.Result]:
     """Half the log in, SIGKILL the worker as soon as decisions flow, the rest in, restart."""
     cluster = _cluster()
     expected = _expected(traces.basic(80), cluster)
@@ -255,7 +255,7 @@ def test_a_record_near_the_size_limit_is_published(broker: str) -> None:
     from streams.kafka.reading import PartitionReader
     from streams.pipeline import outbox
 
-    value = b"x" * (kafka_topics.VALUE_MAX_BYTES - 1000)
+    value = b"x" * (records.VALUE_MAX_BYTES - 1000)
     record = outbox.dead_letter(
         key=b"big",
         value=value,

@@ -4,7 +4,7 @@ actuator writes only to pods the live objects allow.
 The attacker holds the source's or the actuator's Kafka rights: it appends any sequence of
 events to `preemption.cluster-events` (pods, nodes, PriorityClasses and quotas added, changed
 or deleted with any priority, node, uid, scheduler or pod group; OUTCOME events). The worker
-folds that log honestly (`fold.fold`, the worker's own fold) and signs what it decides, as a
+folds that log honestly (`fleet.fold`, the worker's own fold) and signs what it decides, as a
 real worker would: signing is not what stops these. Every decision then reaches the actuator,
 in order, against a fake API holding the truth.
 
@@ -39,12 +39,12 @@ from hypothesis import strategies as st
 
 from engine.cluster import POD_GROUP
 from engine.config import Config
+from fold import fleet
 from streams.kafka.deadletter import Origin
 from streams.kafka.sink import MemorySink
 from streams.kube import api, eviction
 from streams.kube.actuator import Actuator, Freshness
 from streams.kube.ledger import Ledger
-from streams.pipeline import fold
 from tests.k8s import objects
 from tests.k8s.decisions import FAST, KEY
 from tests.k8s.fakeapi import FakeApi
@@ -277,7 +277,7 @@ async def _attack(specs: list[dict[str, Any]], split: int) -> None:
             at = 1 + split % len(log) if split >= 0 else next(i for i, e in enumerate(log) if _pending(e))
             log = log[:at] + forged + log[at:]
             log.append({"ts": "2026-11-27T10:01:00Z", "type": "TICK"})
-            decided = fold.fold([dict(e, cluster=CLUSTER) for e in log], Config(), key=KEY).decisions
+            decided = fleet.fold([dict(e, cluster=CLUSTER) for e in log], Config(), key=KEY).decisions
             sink = MemorySink()
             act = Actuator(
                 eviction.Actions(served, identity="test", retry=FAST),

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.config import Config
-from streams.pipeline import fold
+from fold import fleet
 from streams.sim import simulator
 from tests.support import flowgen, gen
 
@@ -27,7 +27,7 @@ NOW = gen.NOW
 
 def simulate(
     events: Sequence[Mapping[str, Any]], config: Config | None = None, *, key: bytes | None = None
-) -> fold.Result:
+) -> fleet.Result:
     """`replay --simulate` of a trace: the run's full log and its decision records."""
     log: list[Mapping[str, Any]] = list(events)
     return simulator.simulate(log, config or Config(), key=key)

@@ -18,7 +18,7 @@ from schemas.records import DecisionRecord
 from tests.support import gen
 
 if TYPE_CHECKING:
-    from streams.pipeline.controller import Controller
+    from fold.controller import Controller
 
 BASE_SECONDS = 1_767_225_600  # 2026-01-01T00:00:00Z
 
@@ -145,9 +145,15 @@ def busy_logs(draw: st.DrawFn) -> list[dict[str, Any]]:
     return events
 
 
-def fold(ctl: Controller, events: list[dict[str, Any]]) -> list[DecisionRecord]:
-    """Every decision of folding `events` through `ctl`, in order."""
+def fold(
+    ctl: Controller, events: list[dict[str, Any]], dirty: dict[str, bytes | None] | None = None
+) -> list[DecisionRecord]:
+    """Every decision of folding `events` through `ctl`, in order; each Ready's store keys into
+    `dirty`, as the worker gathers them."""
     out: list[DecisionRecord] = []
     for e in events:
-        out += ctl.handle(e)
+        ready = ctl.step(e)
+        out += ready.records
+        if dirty is not None:
+            dirty.update(ready.dirty)
     return out

@@ -8,12 +8,19 @@ hash-chain head, the event sequence number) lives here and is persisted
 together by the store, with the log position it reflects.
 
 Folding one event is atomic: every change is noted in an undo log
-(streams.pipeline.undo) before it is made, and any exception while the event
+(fold.undo) before it is made, and any exception while the event
 is folded or decided (a malformed object, an engine error, a decision too large
 to publish) rolls the controller back to exactly its state before the event and
 raises BadEvent. A rejected event takes no sequence number, so a log with bad
 events folds to the same state and decisions as the log without them, wherever
 it is folded (worker, `replay`, the simulator).
+
+`step` folds one event and hands everything it produced back in one value, a
+`Ready` (as etcd raft's node hands its application a Ready): the decision
+records, each with the bytes it is published as, and the store keys the event
+changed with their new encoded objects. The controller keeps none of it: the
+worker publishes the bytes and gathers the keys until its next store write;
+`replay` and the simulator keep the records.
 
 Decisions are made for the pending pods in scope (the schedulers the log's
 last RESYNC names; every scheduler when it names none) when one is found
@@ -61,9 +68,9 @@ from engine.decision import PREEMPT, WAIT, Decision
 from engine.default import Preemptor
 from engine.index import Index
 from engine.objects import Pod, Record
+from fold.undo import Undo, record_key, table_record
 from schemas import VERSION, chain, records
 from schemas.records import DecisionRecord
-from streams.pipeline.undo import Undo, record_key, table_record
 
 # A nomination (and the "leaving" mark on its victims) that the cluster has not
 # confirmed within this much log time is dropped, so a lost eviction cannot hold
@@ -195,6 +202,28 @@ class DecisionTooLarge(ValueError):
     """A decision record exceeds DECISION_MAX_BYTES even without its explanation."""
 
 
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A decision record and the bytes it is published as (encoded once, for the size limit)."""
+
+    record: DecisionRecord
+    encoded: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """Everything one folded event produced, handed back at once (`Controller.step`)."""
+
+    decisions: list[Decided]
+    # Store key ("Kind/key") -> the object's encoded raw JSON, None when it was deleted: what
+    # the store must write for this event (the worker gathers them until it writes).
+    dirty: dict[str, bytes | None]
+
+    @property
+    def records(self) -> list[DecisionRecord]:
+        return [d.record for d in self.decisions]
+
+
 @dataclass(slots=True)
 class Nomination:
     node: str
@@ -285,13 +314,12 @@ class Controller:
     scope: tuple[str, ...] | None = None  # the schedulers decided for (None: all), from RESYNC
     toleration_checked: int = 0  # toleration windows closing up to here have bumped `gen`
     resync: set[str] | None = None  # keys re-listed since a RESYNC, until it completes
-    dirty: dict[str, bytes | None] = field(default_factory=dict)  # store key -> encoded raw object / None
     _earliest: int | None = None  # no nomination or leaving mark expires before this
     index: Index = field(init=False)
     _config_hash: str = field(init=False, default="")
-    # The published bytes of the decisions the last `handle` made (encoded once, for the
-    # size limit): the worker sends these rather than encoding each record again.
-    encoded: dict[str, bytes] = field(init=False, default_factory=dict)
+    # The store keys the event being folded changed (Ready.dirty): a fresh map per event,
+    # dropped with the event when it is rejected.
+    _dirty: dict[str, bytes | None] = field(init=False, default_factory=dict)
     _undo: Undo = field(init=False)
     _deciding: bool = field(init=False, default=False)  # the index's caches may be mid-update
     # Derived from `retry`, rebuilt after a rollback or a restore: when each entry falls due
@@ -308,8 +336,8 @@ class Controller:
 
     # ---- folding -----------------------------------------------------------------------
 
-    def handle(self, event: Mapping[str, Any], *, project: bool = False) -> list[DecisionRecord]:
-        """Fold one event and return the decisions it leads to; BadEvent (nothing changed) if it cannot.
+    def step(self, event: Mapping[str, Any], *, project: bool = False) -> Ready:
+        """Fold one event and return what it led to; BadEvent (nothing changed) if it cannot.
 
         `project`: the event's object may be whole (its record does not declare it projected,
         engine.projection.declared): what is folded, held and stored is its projection. The
@@ -323,11 +351,11 @@ class Controller:
         undo = self._undo
         undo.cluster = self.cluster  # restore() replaces the cluster after construction
         self._deciding = False
-        self.encoded.clear()
+        self._dirty = {}
         try:
             if not _well_formed(event):
                 raise BadEvent(records.event_problem(event) or "malformed event")
-            return self._handle(event, project)
+            return Ready(self._handle(event, project), self._dirty)
         except Exception as exc:
             undo.rollback()
             for name, value in zip(_ROLLED_BACK, scalars, strict=True):
@@ -343,7 +371,7 @@ class Controller:
         finally:
             undo.forget()
 
-    def _handle(self, event: Mapping[str, Any], project: bool = False) -> list[DecisionRecord]:
+    def _handle(self, event: Mapping[str, Any], project: bool = False) -> list[Decided]:
         seq = self.seq
         now = max(self.clock, timeutil.parse(event["ts"], field="ts"))
         self.clock = now
@@ -352,7 +380,7 @@ class Controller:
         if self.resync is not None and kind not in ("ADDED", "OUTCOME"):
             # An OUTCOME is the actuator's, written whenever it acts: it does not end a relist.
             self._finish_resync()
-        out: list[DecisionRecord] = []
+        out: list[Decided] = []
         self._expire(now)
         if kind == "RESYNC":
             self.resync = set()
@@ -391,8 +419,7 @@ class Controller:
         # projection is stored.
         if project and kind != "DELETED":
             records.encode_object(whole)
-        undo.key(self.dirty, key)
-        self.dirty[key] = None if kind == "DELETED" else records.encode_object(obj)
+        self._dirty[key] = None if kind == "DELETED" else records.encode_object(obj)
         if self.retry and _may_change_answers(before, table_record(self.cluster, object_kind, uid)):
             self.gen += 1
         if object_kind == "Pod":
@@ -400,7 +427,7 @@ class Controller:
         out.extend(self._retry_due(seq, now))
         return out
 
-    def _pod_changed(self, uid: str, seq: int, now: int) -> list[DecisionRecord]:
+    def _pod_changed(self, uid: str, seq: int, now: int) -> list[Decided]:
         pod = self.cluster.pods.get(uid)
         if uid in self.leaving:
             if pod is None or pod.deleting or pod.terminal:
@@ -445,7 +472,7 @@ class Controller:
 
     # ---- liveness ----------------------------------------------------------------------
 
-    def _retry_due(self, seq: int, now: int) -> list[DecisionRecord]:
+    def _retry_due(self, seq: int, now: int) -> list[Decided]:
         """Decide again every pending preemptor that is due and active (see the module docstring).
 
         Higher priority first, as kube-scheduler's active queue orders pods, then by uid.
@@ -482,7 +509,7 @@ class Controller:
                 self._due.discard(uid)
                 continue
             ready.append((-self.cluster.priority(pod), uid, pod))
-        out: list[DecisionRecord] = []
+        out: list[Decided] = []
         for _, uid, _pod in sorted(ready, key=lambda r: (r[0], r[1])):
             pod = self.cluster.pods.get(uid)  # an earlier decision of this pass may have changed it
             if pod is not None and uid in self.retry:
@@ -593,7 +620,7 @@ class Controller:
         for kind, key in sorted(self.cluster.all_keys()):
             if f"{kind}/{key}" not in seen:
                 self._remove(kind, key)
-                self._set(self.dirty, f"{kind}/{key}", None)
+                self._dirty[f"{kind}/{key}"] = None
                 if kind == "Pod":
                     self._pop(self.nominations, key)
                     self._discard(self.waiting, key)
@@ -622,7 +649,7 @@ class Controller:
 
     # ---- deciding ----------------------------------------------------------------------
 
-    def _decide(self, pod: Pod, seq: int, now: int) -> list[DecisionRecord]:
+    def _decide(self, pod: Pod, seq: int, now: int) -> list[Decided]:
         self._deciding = True
         d = self.decide(self.cluster, [pod], now=now, config=self.config, index=self.index)
         self._deciding = False
@@ -641,10 +668,10 @@ class Controller:
         if self.last.get(pod.uid) == fingerprint:
             return []
         self._set(self.last, pod.uid, fingerprint)
-        record = self._record(d, seq, now, pod)
+        decided = self._record(d, seq, now, pod)
         if d.outcome == PREEMPT:
-            self._apply(d, record["id"], now)
-        return [record]
+            self._apply(d, decided.record["id"], now)
+        return [decided]
 
     def _apply(self, d: Decision, decision_id: str, now: int) -> None:
         expires = now + NOMINATION_TTL_SECONDS * timeutil.SECOND
@@ -671,7 +698,7 @@ class Controller:
                 return pod.uid
         return None
 
-    def _record(self, d: Decision, seq: int, now: int, pod: Pod) -> DecisionRecord:
+    def _record(self, d: Decision, seq: int, now: int, pod: Pod) -> Decided:
         decision_id = f"{self.cluster_name}/{seq}/{pod.uid}"
         rec: dict[str, Any] = {
             "v": VERSION,
@@ -722,8 +749,7 @@ class Controller:
         self.last_seq = seq
         self.last_id = decision_id
         self.prev_hash = rec["hash"]
-        self.encoded[decision_id] = encoded
-        return rec  # type: ignore[return-value]
+        return Decided(rec, encoded)  # type: ignore[arg-type]
 
     # ---- changes, each noted in the undo log before it is made -----------------------------
 
@@ -756,10 +782,6 @@ class Controller:
 
     # ---- persistence -------------------------------------------------------------------
 
-    def take_dirty(self) -> dict[str, bytes | None]:
-        out, self.dirty = self.dirty, {}
-        return out
-
     def state(self) -> dict[str, Any]:
         """Everything besides the objects themselves that a restart must restore."""
         return {
@@ -770,7 +792,7 @@ class Controller:
             "lastDecisionSeq": self.last_seq,
             "lastDecisionId": self.last_id,
             # Sorted: a rolled-back event restores these maps' contents, not their order
-            # (streams.pipeline.undo), and nothing reads their order.
+            # (fold.undo), and nothing reads their order.
             "nominations": dict(sorted(self.nominations.items())),  # orjson writes the dataclasses
             "leaving": dict(sorted(self.leaving.items())),
             "last": dict(sorted(self.last.items())),

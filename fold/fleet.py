@@ -1,4 +1,4 @@
-"""Offline folding: a log folded through one controller per cluster, no broker.
+"""One controller per cluster, and a log folded offline through them, no broker.
 
 `fold` replays a log exactly as recorded (the audit path of `preemptctl replay`);
 `Fleet` is the per-cluster controller map it shares with the simulated cluster
@@ -15,11 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config import Config
+from fold.controller import BadEvent, Controller, Ready
 from schemas import chain, records
 from schemas.records import DecisionRecord
-from streams.pipeline.controller import BadEvent, Controller
-
-DEFAULT_CLUSTER = records.DEFAULT_CLUSTER
 
 # The cyclic garbage collector's first-generation threshold for folding processes.
 # The index holds hundreds of thousands of long-lived, acyclic objects; at the
@@ -50,8 +48,9 @@ class Fleet:
         self.install = install
         self.controllers: dict[str, Controller] = {}
 
-    def handle(self, event: Mapping[str, Any]) -> list[DecisionRecord]:
-        """Fold one event into its cluster's controller; BadEvent (nothing changed) if it cannot be.
+    def step(self, event: Mapping[str, Any]) -> Ready:
+        """Fold one event into its cluster's controller (Controller.step); BadEvent (nothing
+        changed) if it cannot be.
 
         An event without `cluster` is the default cluster's (a one-cluster trace); one that names
         a cluster must name a valid one (records.cluster_problem), as a record's key must in the
@@ -59,14 +58,14 @@ class Fleet:
         """
         if not isinstance(event, Mapping):
             raise BadEvent("event is not an object")
-        name = event.get("cluster", DEFAULT_CLUSTER)
+        name = event.get("cluster", records.DEFAULT_CLUSTER)
         problem = records.cluster_problem(name)
         if problem:
             raise BadEvent(problem)
         ctl = self.controllers.get(name)
         if ctl is None:
             ctl = self.controllers[name] = Controller(name, self.config, self.key, install=self.install)
-        return ctl.handle(event)
+        return ctl.step(event)
 
 
 def fold(
@@ -81,7 +80,7 @@ def fold(
     result = Result()
     for n, event in enumerate(events):
         try:
-            result.decisions.extend(fleet.handle(event))
+            result.decisions.extend(fleet.step(event).records)
         except BadEvent as exc:
             result.bad.append((n, str(exc)))
         result.events += 1
