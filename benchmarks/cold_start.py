@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/cold_start.py 37500     # 37,500 nodes, 150,000 pods
 
-Prints the fold time and how long `PartitionWorker.open` takes to restore the
+Prints the fold time and how long `recovery.open` takes to restore the
 state and build the index from the local rocksdict store (docs/performance.md, cold start),
 in-process over an in-memory broker. Recovery from a snapshot in Kafka, with
 no local store, is `preemptctl bench pipeline --recovery-pods 150000`.
@@ -19,8 +19,9 @@ from pathlib import Path
 from engine.config import Config
 from schemas import records
 from streams.kafka.memory import MemoryBroker
+from streams.pipeline import recovery
 from streams.pipeline.outbox import MemoryOutbox, Outbox
-from streams.pipeline.worker import PartitionWorker, Setup, SnapshotPolicy
+from streams.pipeline.setup import Setup, SnapshotPolicy
 from streams.sim import workloads
 
 EVENTS_PER_RECORD = 200
@@ -46,12 +47,12 @@ async def main(nodes: int) -> None:
         snapshots=SnapshotPolicy(min_events=10**12),
     )
     started = time.perf_counter()
-    worker = await PartitionWorker.open(partition=0, setup=setup)
-    await worker.catch_up()
+    worker = await recovery.open(partition=0, setup=setup)
+    await recovery.catch_up(worker)
     await worker.close()
     print(f"folded {len(events)} events in {time.perf_counter() - started:.1f} s")
     started = time.perf_counter()
-    worker = await PartitionWorker.open(partition=0, setup=setup)
+    worker = await recovery.open(partition=0, setup=setup)
     cluster = worker.controllers["default"].cluster
     print(
         f"cold start from the store: {len(cluster.pods)} pods, {len(cluster.nodes)} nodes, "

@@ -9,7 +9,7 @@ it; see pyproject.toml):
     bench     engine and pipeline benchmarks            sim, pipeline, brokers, kafka, common
     audit     verify, explain, export, replay           sim, kafka, common (never pipeline)
     sim       simulated cluster, traces, `run`          brokers, kafka, common (never pipeline)
-    pipeline  faust worker, store, snapshots           kafka, common
+    pipeline  worker, recovery, checkpoint, faust app   kafka, common
     kube      API client, source, actuator, lease       kafka, common
     brokers   embedded tansu, local Apache Kafka        kafka, common
     kafka     topics, reading, producing, JSONL logs    common

@@ -19,9 +19,8 @@ from engine.config import Config
 from fold import controller, fleet
 from fold.controller import Controller, Retry
 from schemas import records
+from streams.pipeline import checkpoint, recovery
 from streams.pipeline import store as store_mod
-from streams.pipeline import worker as worker_mod
-from streams.pipeline.worker import PartitionWorker
 from streams.sim import simulator, traces
 from tests.support import gen
 from tests.support.memory_pipeline import Pipeline, batches
@@ -65,7 +64,7 @@ def test_a_costly_store_is_written_less_often_and_nothing_is_published_twice(
 ) -> None:
     """STORE_TIME_SHARE: decisions are published at every commit, the store only when its last
     write's cost allows; a crash in between re-folds more log and sends nothing twice."""
-    monkeypatch.setattr(worker_mod, "CHECKPOINT_INTERVAL_S", 0.0)  # a commit per record
+    monkeypatch.setattr(checkpoint, "CHECKPOINT_INTERVAL_S", 0.0)  # a commit per record
     writes: list[int] = []
     real = store_mod.Store.write
 
@@ -82,7 +81,7 @@ def test_a_costly_store_is_written_less_often_and_nothing_is_published_twice(
     p.produce(recs)
 
     async def crash() -> None:
-        w = await PartitionWorker.open(partition=0, setup=p.setup)
+        w = await recovery.open(partition=0, setup=p.setup)
         for m in p.broker.messages(records.CLUSTER_EVENTS, 0):
             await w.process(m.offset, m.key, m.value, m.headers)
         await w.close(commit=False)  # killed: nothing after its last commit counts

@@ -27,7 +27,7 @@ from fold.controller import Controller
 from schemas import VERSION
 from streams.kafka import topics
 from streams.pipeline import snapshot, store
-from streams.pipeline.worker import SnapshotPolicy
+from streams.pipeline.setup import SnapshotPolicy
 from streams.sim import apiserver, simulator, traces
 from tests.support import busy_logs, flowgen, gen
 from tests.support.memory_pipeline import CLUSTER, Pipeline, batches

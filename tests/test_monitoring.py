@@ -39,6 +39,8 @@ METRIC_MODULES = (
     "streams.kafka.lag",
     "streams.pipeline.metrics",
     "streams.pipeline.worker",
+    "streams.pipeline.checkpoint",
+    "streams.pipeline.recovery",
     "streams.pipeline.partitions",
     "streams.kube.actuator",
     "streams.kube.eviction",

@@ -29,15 +29,16 @@ from fold.controller import BadEvent
 from schemas import VERSION, records
 from streams.kafka import logio, topics
 from streams.kafka.memory import MemoryBroker
-from streams.pipeline import outbox, snapshot, store, worker
+from streams.pipeline import checkpoint, outbox, recovery, snapshot, store, worker
 from streams.pipeline import partitions as partitions_mod
+from streams.pipeline import setup as setup_mod
+from streams.pipeline.checkpoint import Stalled
 from streams.pipeline.partitions import Partitions
-from streams.pipeline.worker import Stalled
 from streams.sim import simulator, traces
 from tests.support import mixed_logs
 from tests.support.memory_pipeline import Pipeline, batches
 
-SMALL_SNAPSHOTS = worker.SnapshotPolicy(min_events=50, events_per_object=0)
+SMALL_SNAPSHOTS = setup_mod.SnapshotPolicy(min_events=50, events_per_object=0)
 TS = "2026-01-01T00:00:00Z"
 
 
@@ -215,7 +216,7 @@ def test_a_store_that_cannot_be_written_stops_the_process(
     monkeypatch.setattr(store.Store, "write", full_disk)
     p = Pipeline(tmp_path)
     p.produce(batches(_log(), per_record=1))  # a commit per record: more than STORE_WRITE_ATTEMPTS
-    monkeypatch.setattr(worker, "CHECKPOINT_MAX_RECORDS", 1)
+    monkeypatch.setattr(checkpoint, "CHECKPOINT_MAX_RECORDS", 1)
     asyncio.run(p.feed())
     (exc,) = p.fatal
     assert isinstance(exc, Stalled) and "store writes failed in a row" in str(exc)
@@ -897,9 +898,9 @@ def test_opening_while_kafka_is_away_is_retried_without_counting(
     p = Pipeline(tmp_path)
     p.produce(batches(_log(20), per_record=5))
     failed = [0]
-    real_open = worker.PartitionWorker.open
+    real_open = recovery.open
 
-    async def open_(*, partition: int, setup: worker.Setup) -> worker.PartitionWorker:
+    async def open_(*, partition: int, setup: setup_mod.Setup) -> worker.PartitionWorker:
         if failed[0] < outage:
             failed[0] += 1
             raise KafkaConnectionError("connection refused")
@@ -908,7 +909,7 @@ def test_opening_while_kafka_is_away_is_retried_without_counting(
     async def unreachable() -> str | None:
         return "connection refused" if kafka_says == "away" and failed[0] < outage else None
 
-    monkeypatch.setattr(worker.PartitionWorker, "open", open_)
+    monkeypatch.setattr(recovery, "open", open_)
     p.setup = dataclasses.replace(p.setup, unreachable=unreachable)
     asyncio.run(p.feed())
     if kafka_says == "away":

@@ -26,11 +26,11 @@ from schemas import records
 from streams.common.health import Health, RouteServer
 from streams.kafka import topics
 from streams.kafka.deadletter import Origin
-from streams.pipeline import outbox, snapshot, tables
-from streams.pipeline import worker as worker_mod
+from streams.pipeline import checkpoint, outbox, recovery, snapshot, tables
+from streams.pipeline.checkpoint import CHECKPOINT_INTERVAL_S
 from streams.pipeline.faults import Faults
 from streams.pipeline.partitions import Partitions
-from streams.pipeline.worker import CHECKPOINT_INTERVAL_S, PartitionWorker, SnapshotPolicy
+from streams.pipeline.setup import SnapshotPolicy
 from streams.sim import simulator, traces
 from tests.support import mixed_logs
 from tests.support.memory_pipeline import CLUSTER, Pipeline, batches
@@ -138,7 +138,7 @@ def test_a_failed_store_write_keeps_its_changes(tmp_path: Path) -> None:
         p.produce(batches(log, per_record=3))
         asyncio.run(p.feed())
         setup = Pipeline(tmp_path / f"{n}", broker=p.broker).setup
-        reopened = asyncio.run(PartitionWorker.open(partition=0, setup=setup))
+        reopened = asyncio.run(recovery.open(partition=0, setup=setup))
         try:
             reference = fleet.Fleet(Config())
             for e in log:
@@ -206,7 +206,7 @@ def test_retention_deleting_the_head_changes_no_decision(
     deleted. `loaded-machine` commits after every record, as such a machine does.
     """
     if commit_every_record:
-        monkeypatch.setattr(worker_mod, "CHECKPOINT_INTERVAL_S", 0.0)
+        monkeypatch.setattr(checkpoint, "CHECKPOINT_INTERVAL_S", 0.0)
     log = _log()
     p = _snapshotted(tmp_path, log, 2000)
     manifest = asyncio.run(snapshot.latest(p.broker, 0))

@@ -35,7 +35,7 @@ from streams.common.health import Health
 from streams.kafka import connection
 from streams.kafka.memory import MemoryBroker
 from streams.pipeline import app as app_mod
-from streams.pipeline import outbox, worker
+from streams.pipeline import checkpoint, outbox, recovery, worker
 from streams.pipeline import partitions as partitions_mod
 from streams.pipeline.partitions import Partitions
 from streams.sim import simulator, traces
@@ -301,12 +301,12 @@ def test_a_store_that_cannot_be_opened_exits_with_its_own_code(
     (tmp_path / "cluster-events-0").write_bytes(b"")  # the store's directory cannot be made
     asyncio.run(p.run())
     assert len(p.fatal) == 1
-    assert isinstance(p.fatal[0], worker.StoreUnavailable), p.fatal
+    assert isinstance(p.fatal[0], recovery.StoreUnavailable), p.fatal
     assert app_mod.exit_code(p.fatal[0]) == app_mod.EXIT_STORE == 5
 
 
 def test_exit_codes_are_distinct() -> None:
-    assert app_mod.exit_code(worker.Stalled(0, "x")) == app_mod.EXIT_STALLED == 4
+    assert app_mod.exit_code(checkpoint.Stalled(0, "x")) == app_mod.EXIT_STALLED == 4
     assert app_mod.exit_code(partitions_mod.Fatal("fenced")) == app_mod.EXIT_FATAL == 3
     assert len({0, 2, app_mod.EXIT_FATAL, app_mod.EXIT_STALLED, app_mod.EXIT_STORE}) == 5
 

@@ -63,9 +63,11 @@ from streams.brokers import embedded, process
 from streams.kafka import connection, topics
 from streams.kafka.reading import PartitionReader
 from streams.pipeline import outbox as outbox_mod
+from streams.pipeline import recovery as recovery_mod
 from streams.pipeline import snapshot
+from streams.pipeline.checkpoint import fingerprint
+from streams.pipeline.setup import Setup
 from streams.pipeline.store import Store
-from streams.pipeline.worker import PartitionWorker, Setup, fingerprint
 from streams.sim import apiserver, simulator, traces, workloads
 
 RAW_MESSAGES = 50_000
@@ -417,10 +419,10 @@ def recovery(
             outbox=new_outbox,
         )
         started = time.perf_counter()
-        worker = await PartitionWorker.open(partition=0, setup=setup)
+        worker = await recovery_mod.open(partition=0, setup=setup)
         opened = time.perf_counter()
         loaded_at = worker.position
-        await worker.catch_up()
+        await recovery_mod.catch_up(worker)
         done = time.perf_counter()
         ctl = worker.controllers[cluster]
         result = {

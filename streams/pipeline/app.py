@@ -50,11 +50,13 @@ from streams.kafka.reading import PartitionReader
 from streams.pipeline import metrics, tables, transport
 from streams.pipeline import outbox as outbox_mod
 from streams.pipeline import partitions as partitions_mod
+from streams.pipeline.checkpoint import CHECKPOINT_INTERVAL_S, Stalled
 from streams.pipeline.faults import NONE, Faults
 from streams.pipeline.outbox import KafkaOutbox, Outbox
 from streams.pipeline.partitions import KAFKA_FAILURES, Partitions
 from streams.pipeline.pauses import Pauses
-from streams.pipeline.worker import CHECKPOINT_INTERVAL_S, Setup, SnapshotPolicy, Stalled, StoreUnavailable
+from streams.pipeline.recovery import StoreUnavailable
+from streams.pipeline.setup import Setup, SnapshotPolicy
 
 log = logging.getLogger("preemptctl.worker")
 

@@ -53,17 +53,13 @@ from schemas import records
 from streams.common.health import Health
 from streams.kafka import topics
 from streams.kafka.connection import BrokerUnavailable
-from streams.pipeline import metrics
+from streams.pipeline import metrics, recovery
+from streams.pipeline.checkpoint import POSITION, PartitionBroken, Stalled
 from streams.pipeline.outbox import Fenced, TransactionsUnavailable
 from streams.pipeline.pauses import Pauses
-from streams.pipeline.worker import (
-    POSITION,
-    PartitionBroken,
-    PartitionWorker,
-    Setup,
-    Stalled,
-    StoreUnavailable,
-)
+from streams.pipeline.recovery import StoreUnavailable
+from streams.pipeline.setup import Setup
+from streams.pipeline.worker import PartitionWorker
 
 log = logging.getLogger("preemptctl.worker")
 
@@ -236,7 +232,7 @@ class Partitions:
         """
         for partition, worker in sorted(self.workers.items()):
             try:
-                same = await worker.same_log()
+                same = await recovery.same_log(worker)
             except BrokerUnavailable as exc:
                 self.kafka_unanswered(str(exc))
                 return False
@@ -333,7 +329,7 @@ class Partitions:
                 # The transport starts where the group last committed, which can be past the
                 # state (a lost store): read the gap from the log first.
                 try:
-                    await worker.catch_up(until=offset)
+                    await recovery.catch_up(worker, until=offset)
                 except KAFKA_FAILURES as exc:
                     # The gap could not be read (a new reader refused, a fetch failed): what was
                     # folded of it is dropped, and reopening (which waits, unready, while Kafka
@@ -357,7 +353,7 @@ class Partitions:
             await self._stop(partition, worker, exc)
 
     async def tick(self) -> None:
-        """Commit what is due (streams.pipeline.worker.CHECKPOINT_INTERVAL_S): called on a timer."""
+        """Commit what is due (streams.pipeline.checkpoint.CHECKPOINT_INTERVAL_S): called on a timer."""
         if await self._woke_up():
             return
         await self._regained()
@@ -410,7 +406,7 @@ class Partitions:
         worker, ends = kept
         try:
             now = await self._output_ends(partition)
-            same_log = await worker.same_log()
+            same_log = await recovery.same_log(worker)
         except KAFKA_FAILURES as exc:
             now, same_log, reason = (), False, f"its output ends are unknown ({exc})"
         else:
@@ -451,8 +447,8 @@ class Partitions:
         while attempt < REOPEN_ATTEMPTS:
             worker = None
             try:
-                worker = await PartitionWorker.open(partition=partition, setup=self.setup)
-                await worker.catch_up()
+                worker = await recovery.open(partition=partition, setup=self.setup)
+                await recovery.catch_up(worker)
             except (Fenced, TransactionsUnavailable) as exc:
                 await self._discard(worker)
                 self._fatal(exc)

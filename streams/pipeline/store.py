@@ -7,7 +7,7 @@ objects too, and `a` decided on `a/b`'s nodes after a restart); `meta/state` →
 the controllers' own state (sequence numbers, hash-chain heads, nominations,
 ...) together with `position`, the cluster-events offset the whole store
 reflects, what tells that position's topic incarnation (the record's
-fingerprint; streams.pipeline.worker) and `layout`, the key layout. Each write
+fingerprint; streams.pipeline.recovery) and `layout`, the key layout. Each write
 is one RocksDB WriteBatch, so objects, controller state and position change
 atomically: after a crash the store is exactly the state after some record,
 and the worker resumes its input right after that record (docs/architecture.md §2).
@@ -29,7 +29,7 @@ migrated as it is opened or loaded: each key is given to the one cluster of its
 state whose name it starts with. When two cluster names share such a prefix
 (`a` and `a/b`), which objects were whose cannot be told (that store was already
 wrong): `migrate` gives up and the worker discards it, rebuilding from an older
-snapshot or the log (streams.pipeline.worker).
+snapshot or the log (streams.pipeline.recovery).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from streams.kafka.reading import Message
 from streams.pipeline.faults import Faults
 from streams.pipeline.outbox import MemoryOutbox, Outbox
 from streams.pipeline.partitions import Partitions
-from streams.pipeline.worker import Setup, SnapshotPolicy
+from streams.pipeline.setup import Setup, SnapshotPolicy
 
 CLUSTER = "default"
 
