@@ -37,12 +37,12 @@ from engine.decision import Decision
 from engine.flowbase import Told
 from engine.objects import Pod
 from engine.victims import to_victims
+from fold import fleet as fold
 from schemas import records
 from streams.audit import explain
 from streams.bench import engine as bench_engine
 from streams.cli import main
 from streams.common.errors import UsageError
-from streams.pipeline import fold
 from streams.sim import mixed, traces
 from tests.support import audit_traces, gen
 from tests.support.flowgen import ds_pod, jpod, quota
