@@ -463,7 +463,7 @@ def test_the_session_timeout_reaches_the_consumer_group(tmp_path: Path) -> None:
     )
     assert built.conf.broker_session_timeout == 17.0
     assert built.conf.broker_heartbeat_interval <= 17.0 / 3
-    assert built.conf.producer_max_request_size == topics.RECORD_MAX_BYTES
+    assert built.conf.producer_max_request_size == records.RECORD_MAX_BYTES
 
 
 def test_a_signed_decision_names_its_key_in_a_header() -> None:

@@ -171,7 +171,7 @@ async def _produce_log(
     producer = kafka.producer(
         linger_ms=5,
         max_batch_size=1024 * 1024,
-        max_request_size=topics.RECORD_MAX_BYTES,
+        max_request_size=records.RECORD_MAX_BYTES,
     )
     await connection.start(kafka, producer)
     futures = []

@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     component.add_kubernetes_arguments(parser)
     parser.add_argument(
         "--cluster",
-        default=source.DEFAULT_CLUSTER,
+        default=records.DEFAULT_CLUSTER,
         metavar="NAME",
         help="cluster name: the record key (default)",
     )

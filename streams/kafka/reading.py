@@ -17,8 +17,9 @@ from typing import Self
 
 from aiokafka import TopicPartition
 
+from schemas import records
 from streams.common.errors import UsageError
-from streams.kafka import connection, topics
+from streams.kafka import connection
 
 # An empty poll this long after reaching the reported end means the topic is read.
 IDLE_POLL_MS = 300
@@ -27,7 +28,7 @@ FETCH_MAX_WAIT_MS = 50
 # How long to wait for a topic's metadata before calling it missing.
 METADATA_TIMEOUT_S = 10.0
 # One fetch may return a whole record of the largest size any topic accepts.
-MAX_PARTITION_FETCH_BYTES = 2 * topics.RECORD_MAX_BYTES
+MAX_PARTITION_FETCH_BYTES = 2 * records.RECORD_MAX_BYTES
 # A backward search reads windows of this many offsets, growing 4x each time.
 BACKWARD_WINDOW = 64
 

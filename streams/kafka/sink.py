@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol, Self
 
-from streams.kafka import connection, topics
+from schemas import records
+from streams.kafka import connection
 
 # Acknowledged by every in-sync replica before `send` returns: a record the source
 # or actuator considers written must survive the loss of the partition leader.
@@ -24,7 +25,7 @@ PRODUCER_REQUEST_TIMEOUT_MS = 30_000
 # Large enough for a ~1 MiB cluster-events batch, or a single Kubernetes object
 # at etcd's 1.5 MiB limit, and equal to every topic's max.message.bytes
 # (streams.kafka.topics explains the limits end to end).
-PRODUCER_MAX_REQUEST_BYTES = topics.RECORD_MAX_BYTES
+PRODUCER_MAX_REQUEST_BYTES = records.RECORD_MAX_BYTES
 
 Headers = Sequence[tuple[str, bytes]]
 

@@ -51,8 +51,6 @@ AUDIT_RETENTION_MS = 90 * _DAY_MS
 # Long enough to triage a poison record after a long weekend; the dead-letter copy
 # holds the raw bytes, so it does not depend on the origin topic's retention.
 DEAD_LETTER_RETENTION_MS = 30 * _DAY_MS
-# Record sizes (schemas.records says why): every topic accepts RECORD_MAX_BYTES.
-RECORD_MAX_BYTES = records.RECORD_MAX_BYTES
 # Snapshot topic segments roll this often so the log cleaner can drop superseded
 # heads and tombstoned chunks (it never cleans the active segment).
 SNAPSHOTS_SEGMENT_MS = 6 * 60 * 60 * 1000
@@ -135,7 +133,7 @@ def topic_specs(
     topic table states these (tests/test_topics.py keeps it equal).
     """
     audit = (("cleanup.policy", "delete"), ("retention.ms", str(AUDIT_RETENTION_MS)))
-    size = ("max.message.bytes", str(RECORD_MAX_BYTES))
+    size = ("max.message.bytes", str(records.RECORD_MAX_BYTES))
     # With acks=all, a write succeeds only while this many replicas have it: with 3 replicas
     # and 2, one broker may be down and no acknowledged record is on a single disk.
     isr = (("min.insync.replicas", str(min_insync_replicas)),) if min_insync_replicas else ()

@@ -82,7 +82,6 @@ from streams.kube.watching import Resource, Stream
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CLUSTER = records.DEFAULT_CLUSTER
 # What kube-scheduler calls itself; pods without spec.schedulerName get this name.
 DEFAULT_SCHEDULER = "default-scheduler"
 
@@ -157,7 +156,7 @@ class Scope:
       object is in the log, all its later events are too.
     """
 
-    cluster: str = DEFAULT_CLUSTER
+    cluster: str = records.DEFAULT_CLUSTER
     namespaces: tuple[str, ...] = ()
     label_selector: str | None = None
     scheduler_name: str | None = None

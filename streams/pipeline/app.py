@@ -40,6 +40,7 @@ from aiokafka.errors import KafkaError
 
 from engine import config as config_mod
 from fold.fleet import tune_gc
+from schemas import records
 from streams.common import health as health_mod
 from streams.common import logs, options, signing
 from streams.common.backoff import Backoff
@@ -187,7 +188,7 @@ def build_app(
         topic_disable_leader=True,
         web_enabled=False,
         producer_acks=-1,
-        producer_max_request_size=kafka_topics.RECORD_MAX_BYTES,
+        producer_max_request_size=records.RECORD_MAX_BYTES,
     )
     names = layout.names
     events_topic = app.topic(names.cluster_events, key_serializer="raw", value_serializer="raw")

@@ -39,7 +39,7 @@ from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 from schemas import cloudevent, records
 from schemas.records import DecisionRecord
 from streams.common import signing
-from streams.kafka import connection, deadletter, topics
+from streams.kafka import connection, deadletter
 from streams.kafka.deadletter import Origin
 from streams.kafka.memory import MemoryBroker
 from streams.pipeline.faults import NONE, Faults, InjectedFault
@@ -209,7 +209,7 @@ def new_producer(kafka: connection.Connect, *, transactional_id: str | None = No
         acks=PRODUCER_ACKS,
         linger_ms=PRODUCER_LINGER_MS,
         request_timeout_ms=PRODUCER_REQUEST_TIMEOUT_MS,
-        max_request_size=topics.RECORD_MAX_BYTES,
+        max_request_size=records.RECORD_MAX_BYTES,
         **extra,
     )
 

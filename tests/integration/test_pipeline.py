@@ -247,7 +247,8 @@ def test_exactly_once_on_kafka_hides_duplicates_from_read_committed(
 
 
 def test_a_record_near_the_size_limit_is_published(broker: str) -> None:
-    """Producer max request size, topic max.message.bytes and the value limit agree (topics.RECORD_MAX_BYTES).
+    """Producer max request size, topic max.message.bytes and the value limit agree
+    (records.RECORD_MAX_BYTES).
 
     faust's default producer limit (1,000,000 bytes) refused such a record.
     """
