@@ -20,4 +20,6 @@ and the instant it is given. `streams` wraps it with Kafka and Kubernetes.
 # plugin reads it, priorities outside int32 refused, gang records with memberUids.
 # 0.5.0: decisions as 0.4.0's, byte for byte; the actuator's default scheduler scope, the
 # source events refused for names the API server never stores, the chart's new values.
-ENGINE_VERSION = "0.5.0"
+# 0.6.0: the job flow's inter-pod filters (gang members were answered "not modelled"),
+# namespaceSelector read against the Namespace objects' labels.
+ENGINE_VERSION = "0.6.0"
