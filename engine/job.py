@@ -598,40 +598,50 @@ def _reprieve(
 
     A pod comes back while every member placed on its node still fits, every quota
     the job is charged to still passes its admission check (with the victims chosen
-    so far gone) and, under the inter-pod filters (`check`), every member still passes
-    them with the pods not given back gone; the rest are the victims.
+    so far gone) and, under the inter-pod filters (`check`), its return makes no member
+    fail them (`_FilterCheck.holds_back`); the rest are the victims.
     """
-    away = {uid for pool in pool_by_node.values() for uid in pool}
     resolve = quota_resolver(cluster)
     victims: list[Pod] = []
     quota_by_uid = {u.quota.uid: u for u in uses}
     leaving_usage: dict[str, Resources] = {}
+    need: dict[str, Resources] = {}
+    free: dict[str, Resources] = {}
+    order: list[tuple[str, Pod]] = []
     for name in sorted(plan.on_node):
-        need = resources.total(m.requests for m in plan.on_node[name])
-        free = cluster.free(cluster.nodes[name])
+        need[name] = resources.total(m.requests for m in plan.on_node[name])
+        room = free[name] = cluster.free(cluster.nodes[name])
         # Nominated pods outrank the job here unless they are its own members (placed anew now).
         members_here = {m.uid for m in nominees.get(name, [])}
         for pod in cluster.nominated_on(name).values():
             if cluster.priority(pod) >= priority and pod.uid not in members_here:
-                resources.sub(free, pod.requests)
+                resources.sub(room, pod.requests)
         pool = sorted(pool_by_node.get(name, {}).values(), key=lambda p: default.importance(cluster, p))
         for pod in pool:
-            resources.add(free, pod.requests)
-        for pod in pool:
-            resources.sub(free, pod.requests)
-            q = resolve(pod)
-            charged = quota_by_uid.get(q.uid) if q is not None else None
-            if (
-                resources.fits(need, free)
-                and (charged is None or admission(charged, minus=leaving_usage.get(charged.quota.uid))[0])
-                and (check is None or check.holds_back(pod, away))
-            ):
-                away.discard(pod.uid)
-                continue
-            resources.add(free, pod.requests)
-            victims.append(pod)
-            if charged is not None:
-                resources.add(leaving_usage.setdefault(charged.quota.uid, {}), pod.requests)
+            resources.add(room, pod.requests)
+        order.extend((name, pod) for pod in pool)
+    if check is not None:
+        # Under the inter-pod filters a pod on one node can matter to a member on another
+        # (a zone's affinity, a spread's domains): the pool comes back in one importance
+        # order across the gang's nodes, so no pod is held against a less important one
+        # that simply had not been tried yet. Without them the nodes are independent but for
+        # the quotas, and node by node stays the order it always was.
+        order.sort(key=lambda item: default.importance(cluster, item[1]))
+    for name, pod in order:
+        room = free[name]
+        resources.sub(room, pod.requests)
+        q = resolve(pod)
+        charged = quota_by_uid.get(q.uid) if q is not None else None
+        if (
+            resources.fits(need[name], room)
+            and (charged is None or admission(charged, minus=leaving_usage.get(charged.quota.uid))[0])
+            and (check is None or check.holds_back(pod, {v.uid for v in victims}))
+        ):
+            continue
+        resources.add(room, pod.requests)
+        victims.append(pod)
+        if charged is not None:
+            resources.add(leaving_usage.setdefault(charged.quota.uid, {}), pod.requests)
     return sorted(victims, key=lambda p: default.importance(cluster, p))
 
 
@@ -649,9 +659,15 @@ class _FilterCheck:
 
     def broken(self, gone: set[str]) -> str | None:
         """The first member whose filters fail with `gone` away, and why; None: all pass."""
+        failing = self._failing(gone, first=True)
+        return failing[0] if failing else None
+
+    def _failing(self, gone: set[str], *, first: bool = False) -> list[str]:
+        """Each member whose filters fail with `gone` away, and why (only the first with `first`)."""
         cluster, plan = self.cluster, self.plan
         uids = frozenset(m.uid for m in self.members)
         placed: list[tuple[Pod, str]] = []
+        out: list[str] = []
         for m in self.members:
             name = plan.placements.get(m.uid)
             state = cluster.nodes.get(name) if name is not None else None
@@ -663,16 +679,22 @@ class _FilterCheck:
                 pre = Preemptor(m, self.priority, m.requests, f)
                 status = f.view(state, default.nominated_pods(cluster, name, pre)).status(True)
                 if status is not None:
-                    return f"{m.key} fails on {name}: {status[1]}"
+                    out.append(f"{m.key} fails on {name}: {status[1]}")
+                    if first:
+                        return out
             placed.append((m, name))
-        return None
+        return out
 
-    def holds_back(self, pod: Pod, away: set[str]) -> bool:
-        """May `pod` come back (every other pod of `away` still gone)? A pod that bears on no
-        member's filters (`interpod.concerns`) changes none of them."""
+    def holds_back(self, pod: Pod, victims: set[str]) -> bool:
+        """May `pod` come back? Read with the victims chosen so far gone and every pod not yet
+        tried still there (as it would stay if given back): `pod` stays unless its return is
+        what makes a member fail. A pod that bears on no member's filters
+        (`interpod.concerns`) changes none of them. The pods tried later may still go, which
+        can undo what a member needs: `broken` over the final victims answers for that."""
         if not any(interpod.concerns(pod, m, self.cluster) for m in self.members):
             return True
-        return self.broken(away - {pod.uid}) is None
+        back = self._failing(victims)
+        return not back or len(back) <= len(self._failing(victims | {pod.uid}))
 
 
 def _previous_round(cluster: Cluster, members: Sequence[Pod], priority: int) -> str | None:
