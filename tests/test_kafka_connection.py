@@ -398,3 +398,8 @@ def test_flags_need_one_broker_spelling() -> None:
     assert connection.from_args(args).bootstrap == "a:1,b:2"
     with pytest.raises(UsageError, match="--bootstrap-timeout must be positive"):
         connection.from_args(parser.parse_args(["--bootstrap-server", "a:1", "--bootstrap-timeout", "0"]))
+    for endless in ("nan", "inf"):  # comparisons with nan are all false: `<= 0` let it through
+        with pytest.raises(UsageError, match="--bootstrap-timeout must be positive"):
+            connection.from_args(
+                parser.parse_args(["--bootstrap-server", "a:1", "--bootstrap-timeout", endless])
+            )

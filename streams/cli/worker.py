@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from streams.common import health as health_mod
-from streams.common import logs
+from streams.common import logs, options
 from streams.kafka import connection, lag
 from streams.kafka import topics as kafka_topics
 from streams.pipeline import app
@@ -71,7 +71,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     kafka_topics.add_arguments(p)
     p.add_argument(
         "--session-timeout",
-        type=float,
+        type=options.bounded(float, least=0, above=True, what="a number of seconds above 0"),
         default=app.SESSION_TIMEOUT_S,
         metavar="SECONDS",
         help=f"consumer group session timeout (default {app.SESSION_TIMEOUT_S:g})",

@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import os
 import re
 import ssl
@@ -722,7 +723,7 @@ def load(
         except UnicodeDecodeError as exc:
             raise UsageError(f"--kafka-config {config_file} is not a text file") from exc
         props = read_properties(text, where=config_file)
-    if bootstrap_timeout_s <= 0:
+    if not 0 < bootstrap_timeout_s < math.inf:  # nan and inf too: every wait would be endless
         raise UsageError(f"--bootstrap-timeout must be positive, got {bootstrap_timeout_s:g}")
     config = parse(
         props,
